@@ -36,7 +36,7 @@ from ._plan import STEP_STATUSES, check_new_steps
 from ._proposal import Proposal, Verdict
 from ._question import Question
 from ._redact import redact
-from ._state import Finding, PlanStep, TaskState, Version, VersionLoader
+from ._state import Finding, PlanStep, TaskState, Version, VersionLoader, same_value
 from ._usage import Usage
 from .store import NewEvent
 
@@ -219,7 +219,8 @@ class Cycle(ActorContext):
         protected: list[str] = []
         changes = proposal.changes()  # (once: the candidate is built from them too)
         for e in changes:  # (a loop: no comprehension a cycle)
-            if (p := s.part(e.ref)) is not None and p.status == "accepted" and p.value != e.value:
+            p = s.part(e.ref)
+            if p is not None and p.status == "accepted" and not same_value(p.value, e.value):
                 protected.append(e.ref)
         if protected:
             stop = self._protected(ex, n, proposal, digest, protected, needs, t0)

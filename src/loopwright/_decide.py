@@ -10,7 +10,7 @@ from ._errors import ConfigError
 from ._loop import Check
 from ._proposal import Proposal, Remaining, Verdict
 from ._shapes import FLOAT_SLACK
-from ._state import TaskState, match_any, part_ref, split_ref
+from ._state import TaskState, match_any, part_ref, same_value, split_ref
 from ._usage import Usage
 
 __all__ = [
@@ -497,12 +497,14 @@ def effective_digest(state: TaskState, proposal: Proposal, digest: str) -> str:
         for e in proposal.edits:
             art = artifacts.get(e.artifact)
             p = None if art is None else art.parts.get(e.part)
-            if p is not None and p.value == e.value:
+            if p is not None and same_value(p.value, e.value):
                 break
         else:
             return digest
     changes = proposal.changes()
-    kept = tuple(e for e in changes if (p := state.part(e.ref)) is None or p.value != e.value)
+    kept = tuple(
+        e for e in changes if (p := state.part(e.ref)) is None or not same_value(p.value, e.value)
+    )
     if proposal.replace is None and len(kept) == len(changes):
         return digest  # nothing to leave out after all (a value whose == and != disagree)
     return Proposal(

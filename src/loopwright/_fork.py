@@ -39,7 +39,7 @@ from ._loop import Loop, check_loop, declared_names, other_loop
 from ._people import retire_failures
 from ._proposal import Proposal
 from ._redact import redact
-from ._state import TaskState, split_ref
+from ._state import TaskState, same_value, split_ref
 from ._state_codec import head, unwritten_versions
 from .store import JournalEntry, NewEvent, RunRecord, Store
 from .store._base import with_newer
@@ -331,7 +331,7 @@ class Forking(RuntimeHost):
                         f"no part {ref!r} in run {rec.run_id} (parts: {known})", field="part"
                     )
                 old, was = part.value, part.status
-                if old == value:
+                if same_value(old, value):
                     raise ConfigError("is the part's current value already", field="value")
                 audit(self.store, who, "edit", on, origin=origin, part=ref, note=note)
                 audited = True
@@ -486,7 +486,7 @@ def what_changed(old: Any, new: Any) -> list[str]:
     lines of a text (as ``line N``)."""
     if isinstance(old, Mapping) and isinstance(new, Mapping):
         keys = sorted({*old, *new}, key=str)
-        return [str(k) for k in keys if old.get(k) != new.get(k)]
+        return [str(k) for k in keys if not same_value(old.get(k), new.get(k))]
     if isinstance(old, str) and isinstance(new, str):
         if "<svg" in old and "<svg" in new:
             return _svg_changes(old, new)

@@ -46,8 +46,43 @@ __all__ = [
     "copied_on_read",
     "match_any",
     "part_ref",
+    "same_value",
     "split_ref",
 ]
+
+
+def _kind(value: Any) -> str | None:
+    """A number's JSON kind (``true``, ``1``, ``1.0``), else ``None``."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    return None
+
+
+def _kinds_agree(a: Any, b: Any) -> bool:
+    """Of two equal values (``a == b``), whether every number in them is of one kind in both."""
+    if a is b:
+        return True
+    ka, kb = _kind(a), _kind(b)
+    if ka is not None or kb is not None:
+        return ka == kb
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return all(_kinds_agree(v, b[k]) for k, v in a.items())
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return all(_kinds_agree(x, y) for x, y in zip(a, b, strict=False))
+    return True
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether writing ``b`` over a part holding ``a`` changes nothing: equal, and each number
+    of the same kind, as the store writes them (``true``, ``1`` and ``1.0`` are three values
+    in JSON and read back as three; Python's ``==`` takes ``True == 1 == 1.0``). A proposal
+    setting ``1`` to ``True`` was dropped as no change: the checks judged the ``1``, and the
+    proposal was taken for the no-change one rejected before (stall51)."""
+    return a is b or (a == b and _kinds_agree(a, b))
 
 
 @dataclass(slots=True)
@@ -187,7 +222,10 @@ class TaskState(Planning):
         if p is None:
             p = art.parts[part] = Part(part, [Version(1, value, cycle)])
             p._owner = self._token
-        elif p._known[p.count].value == value:  # (``p.value``)
+        # (``same_value`` written out: no call for a write that changes the part)
+        elif (held := p._known[p.count].value) is value or (
+            held == value and _kinds_agree(held, value)
+        ):
             return False
         else:
             p = self._own(art, part, p)
