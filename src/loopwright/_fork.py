@@ -455,6 +455,7 @@ def _refuse_new_names(store: Store, rec: RunRecord, state: TaskState, loop: Loop
     for e in journal:
         held.add(str(e.data.get("name", "")))
         held.add(e.key.removeprefix("effect:").rpartition(":")[0])  # (effect:NAME:digest)
+    held.discard("")  # ("actor" billed, an entry without a name: no name held)
     for name, error in refused:
         if name not in held:
             raise error

@@ -186,6 +186,8 @@ def test_a_new_name_found_inside_the_origins_words_is_not_held_by_it(url: str) -
         with pytest.raises(lw.ConfigError) as info:
             rt.fork(parked.run_id, 0, loop=_clean(verifier="apply "), task_key="f")
         assert str(info.value).startswith("verifiers.name: verifier name 'apply '")
+        with pytest.raises(lw.ConfigError, match="only whitespace"):  # (a part of any words)
+            rt.fork(parked.run_id, 0, loop=_clean(verifier=" "), task_key="f")
         assert rt.store.count_runs() == before
 
 
