@@ -239,7 +239,8 @@ class Budget:
     ``max_cycles_default`` says ``max_cycles`` is the engine's default ceiling
     (``DEFAULT_MAX_CYCLES``), not the author's: the contract had only spend budgets
     (``Contract.with_default_ceiling``). A stop at it says so; it holds only beside that
-    ceiling (a ``max_cycles`` set to another number is the author's)."""
+    ceiling (a ``max_cycles`` set to another number is the author's). The engine's mark, not a
+    setting: a ``Budget`` built with it outside the engine (``engine_marks``) is refused."""
 
     max_cycles: int | None = None
     max_cost_usd: float | None = None
