@@ -29,6 +29,7 @@ __all__ = [
     "BodyLimit",
     "Flash",
     "HeadAsGet",
+    "NotText",
     "check_body_limit",
     "http_error",
     "json_body",
@@ -83,12 +84,20 @@ async def json_body(request: Request, shape: str) -> Any:
     raw = await request.body()
     try:
         body = strict_loads(raw.decode("utf-8"))
-        _all_text(body)
     except DuplicateKeyError as exc:  # JSON readers keep the last: which was meant is unknown
         raise HTTPException(400, f"the body is ambiguous: {exc}; give each key once") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise HTTPException(400, f"the body must be JSON ({exc}): {shape}") from None
+    try:
+        _all_text(body)
+    except ValueError as exc:
+        raise NotText(400, f"the body must be JSON ({exc}): {shape}") from None
     return body
+
+
+class NotText(HTTPException):
+    """A JSON body refused for a string that is not text (a lone surrogate): a route that
+    audits its refusals (a decision) records this one too."""
 
 
 def _all_text(value: Any) -> None:
