@@ -229,13 +229,13 @@ def test_refused_sign_in_windows_are_bounded() -> None:
     """Many sources: the oldest window closes (its count recorded) and memory stays bounded."""
     from loopwright.web._auth import RefusedSignIns
 
-    written: list[tuple[str, str, int, tuple[str, str]]] = []
+    written: list[tuple[str, str, int, tuple[str, str], str]] = []
     log = RefusedSignIns(lambda *a: written.append(a), clock=lambda: 0.0, max_sources=2)
     for source in ("a", "a", "a", "b", "c"):
         log.refused(source, "wrong")
-    s = ("sign in", "dashboard")
-    assert written == [("a", "wrong", 0, s), ("b", "wrong", 0, s), ("c", "wrong", 0, s),
-                       ("a", written[3][1], 2, s)]  # fmt: skip
+    s, u = ("sign in", "dashboard"), "(unknown token)"
+    assert written == [("a", "wrong", 0, s, u), ("b", "wrong", 0, s, u), ("c", "wrong", 0, s, u),
+                       ("a", written[3][1], 2, s, u)]  # fmt: skip
     log.flush()
     assert len(written) == 4
 
@@ -372,3 +372,56 @@ def test_a_write_with_a_token_that_names_nobody_is_recorded_once_per_source(
     assert refused()[2:] == [("(unknown token)", "sign in", "dashboard", 1)]  # at the stop
     with lw.Runtime(store) as rt:
         assert rt.store.get_run(run_id).status == "awaiting_approval"  # nothing cancelled
+
+
+def test_a_write_with_no_token_is_recorded_once_per_source(tmp_path: Path) -> None:
+    """A write with no token or session at all (an API call without one, a form posted after
+    the server restarted) got 401 and was recorded nowhere, where the CLI records `(no token)`
+    and a bearer token naming nobody is `(unknown token)`. It is now recorded as the CLI's,
+    through the same count per source. The window's clock is the test's."""
+    store, run_id = _web().make_parked_run(tmp_path)
+    add_people(store)
+    app = create_app(store, token=SERVER_TOKEN, identity="server")
+    now = [1000.0]
+    app.state.sign_ins.clock = lambda: now[0]
+
+    def refused() -> list[tuple[str, str, str, object]]:
+        with lw.Runtime(store) as rt:
+            return [
+                (a.actor, a.action, a.target, a.detail.get("counted"))
+                for a in rt.store.audit()
+                if a.outcome == "refused"
+            ]
+
+    with TestClient(app, base_url=LOCAL) as c:
+        path = f"/api/runs/{run_id}/cancel"
+        for _ in range(5):
+            assert c.post(path).status_code == 401
+        c.cookies.set("lw_session", "a-session-this-server-never-made")
+        assert c.post(f"/runs/{run_id}/act", data={"action": "cancel"}).status_code == 401
+        assert refused() == [("(no token)", "POST", path, None)]
+        now[0] += app.state.sign_ins.window_s
+        c.cookies.clear()
+        assert c.post(path, headers={"Authorization": "Bearer junk"}).status_code == 401
+        assert refused()[1:] == [("(unknown token)", "POST", path, 5)]
+    with lw.Runtime(store) as rt:
+        assert rt.store.get_run(run_id).status == "awaiting_approval"  # nothing cancelled
+
+
+def test_an_edit_that_resumes_the_run_audits_the_resume(
+    setup: tuple[TestClient, str, str],
+) -> None:
+    """A resume asked alone, or with a rollback, is audited (and needs the operator role); the
+    one asked with an edit (`resume: true`) was the edit's record only."""
+    c, store, run_id = setup
+    assert c.post(f"/api/runs/{run_id}/cancel", headers=bearer("oscar")).status_code == 200
+    r = c.post(
+        f"/api/runs/{run_id}/parts/doc/a",
+        json={"value": 7, "note": "n", "resume": True},
+        headers=bearer("oscar"),
+    )
+    assert r.status_code == 200, r.text
+    assert "resum" in r.json()["message"]
+    with lw.Runtime(store) as rt:
+        got = [(a.actor, a.action, a.outcome) for a in rt.store.audit(target=f"run {run_id}")]
+    assert got[-2:] == [("oscar", "edit", "allowed"), ("oscar", "resume", "allowed")]

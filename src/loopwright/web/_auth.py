@@ -30,6 +30,8 @@ __all__ = [
     "COOKIE",
     "MAX_SESSIONS",
     "MIN_TOKEN",
+    "NO_TOKEN",
+    "UNKNOWN_TOKEN",
     "Auth",
     "RefusedSignIns",
     "check_token",
@@ -219,7 +221,9 @@ def cross_site(request: Request) -> str | None:
 
 SIGN_IN = ("sign in", "dashboard")
 """What a refused sign-in is recorded as (action, target); the count of those not recorded
-too, writes with a token that named nobody among them."""
+too, writes with a token that named nobody (or with none) among them."""
+UNKNOWN_TOKEN = "(unknown token)"  # who a refusal is recorded under, as the CLI names it
+NO_TOKEN = "(no token)"
 
 
 @dataclass(slots=True)
@@ -234,17 +238,18 @@ class RefusedSignIns:
     log. The first refusal from a source (``http 10.0.0.7``) in ``window_s`` is recorded; the
     later ones are counted, and their count is recorded with the source's next record (its
     first refusal after the window) or when the server stops (``flush``). ``record(source,
-    reason, counted, what)`` writes one record, ``what`` its (action, target): a sign-in's
+    reason, counted, what, who)`` writes one record, ``what`` its (action, target): a sign-in's
     ``("sign in", "dashboard")``, or the method and path of a write whose bearer token named
-    nobody, which the same count per source holds (one flood, one bound); ``clock`` is
-    monotonic seconds."""
+    nobody, or that had no token at all, which the same count per source holds (one flood, one
+    bound); ``who`` whom it is recorded under (``(unknown token)``, ``(no token)``); ``clock``
+    is monotonic seconds."""
 
     WINDOW_S = 600.0
     MAX_SOURCES = 4096
 
     def __init__(
         self,
-        record: Callable[[str, str, int, tuple[str, str]], None],
+        record: Callable[[str, str, int, tuple[str, str], str], None],
         *,
         window_s: float = WINDOW_S,
         clock: Callable[[], float] = time.monotonic,
@@ -257,11 +262,17 @@ class RefusedSignIns:
         self._windows: dict[str, _Window] = {}  # oldest window first
         self._lock = threading.Lock()
 
-    def refused(self, source: str, reason: str, what: tuple[str, str] = SIGN_IN) -> None:
-        """A sign-in (or ``what``) from ``source`` refused for ``reason``: recorded, or
-        counted."""
+    def refused(
+        self,
+        source: str,
+        reason: str,
+        what: tuple[str, str] = SIGN_IN,
+        who: str = UNKNOWN_TOKEN,
+    ) -> None:
+        """A sign-in (or ``what``, by ``who``) from ``source`` refused for ``reason``:
+        recorded, or counted."""
         now = self.clock()
-        out: list[tuple[str, str, int, tuple[str, str]]] = []
+        out: list[tuple[str, str, int, tuple[str, str], str]] = []
         with self._lock:
             w = self._windows.get(source)
             if w is not None and now - w.start < self.window_s:
@@ -269,12 +280,12 @@ class RefusedSignIns:
                 return
             self._windows.pop(source, None)
             self._windows[source] = _Window(now)
-            out.append((source, reason, w.counted if w is not None else 0, what))
+            out.append((source, reason, w.counted if w is not None else 0, what, who))
             while len(self._windows) > self._max:  # many sources: the oldest window closes
                 old = next(iter(self._windows))
                 gone = self._windows.pop(old)
                 if gone.counted:
-                    out.append((old, COUNTED, gone.counted, SIGN_IN))
+                    out.append((old, COUNTED, gone.counted, SIGN_IN, UNKNOWN_TOKEN))
         for args in out:
             self._record(*args)
 
@@ -284,7 +295,10 @@ class RefusedSignIns:
             held = [(s, w.counted) for s, w in self._windows.items() if w.counted]
             self._windows.clear()
         for source, n in held:
-            self._record(source, COUNTED, n, SIGN_IN)
+            self._record(source, COUNTED, n, SIGN_IN, UNKNOWN_TOKEN)
 
 
-COUNTED = "refused sign-ins (and token writes) counted since the last record from here"
+COUNTED = (
+    "refused sign-ins (and writes with no token or one naming nobody) counted since the last "
+    "record from here"
+)

@@ -188,6 +188,11 @@ def edit_part(
     if blocked is not None:
         msg += f"; {blocked}"
     elif resume and done.status not in TERMINAL_STATUSES and done.status != "awaiting_approval":
+        # audited, as a resume alone and a rollback's resume are (it was the edit's record only)
+        try:
+            operate(store, by, "resume", f"run {done.run_id}", origin=origin_of(request))
+        except LoopwrightError as exc:
+            raise http_error(exc) from exc
         who = {"by": by}
         store.append_events(done.run_id, [NewEvent(done.cycle, "resume_requested", who)])
         msg += f"; {ctx.resume_later(done.run_id)}"

@@ -29,9 +29,11 @@ def register_sign_in(app: FastAPI, ctx: WebContext) -> None:
     """``/login`` and ``/logout``; the refused sign-ins recorded when the application stops."""
     store, auth, page = ctx.store, ctx.auth, ctx.page
 
-    def record_refused(source: str, reason: str, counted: int, what: tuple[str, str]) -> None:
+    def record_refused(
+        source: str, reason: str, counted: int, what: tuple[str, str], who: str
+    ) -> None:
         if auth.users_mode:  # sign-ins are audited where people are
-            audit(store, "(unknown token)", what[0], what[1], outcome="refused",
+            audit(store, who, what[0], what[1], outcome="refused",
                   origin=source, reason=reason, counted=counted or None)  # fmt: skip
 
     sign_ins = RefusedSignIns(record_refused)
