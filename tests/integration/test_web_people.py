@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import httpx
 import pytest
@@ -332,18 +334,14 @@ def test_a_viewers_rollback_is_refused_for_the_role_before_its_cycle_is_checked(
     assert checked.status_code == 400 and "to_cycle must be" in checked.json()["detail"]
 
 
-def test_a_write_with_a_token_that_names_nobody_is_recorded_once_per_source(
+def _refusals_counted(
     tmp_path: Path,
-) -> None:
-    """docs/permissions.md: every refusal is recorded, a CLI attempt with an unknown or revoked
-    token as `(unknown token)`. An API write with such a bearer token got 401 and was recorded
-    nowhere. It is now, through the refused sign-ins' count per source: the first one in a
-    window is a record (with its method and path), the rest are counted, so a flood cannot
-    fill the append-only log. The window's clock is the test's."""
+) -> tuple[Any, str, str, list[float], Callable[[], list[tuple[str, str, str, object]]]]:
+    """A store with people and a parked run, its app with the refusals' window on the test's
+    clock: (app, store, run id, the clock, the refused records as (actor, action, target,
+    counted))."""
     store, run_id = _web().make_parked_run(tmp_path)
     add_people(store)
-    with lw.Runtime(store) as rt:  # vic's token revoked
-        rt.store.set_token("vic", hash_token("vic-new-token-0123456789"), now=time.time())
     app = create_app(store, token=SERVER_TOKEN, identity="server")
     now = [1000.0]
     app.state.sign_ins.clock = lambda: now[0]
@@ -356,6 +354,20 @@ def test_a_write_with_a_token_that_names_nobody_is_recorded_once_per_source(
                 if a.outcome == "refused"
             ]
 
+    return app, store, run_id, now, refused
+
+
+def test_a_write_with_a_token_that_names_nobody_is_recorded_once_per_source(
+    tmp_path: Path,
+) -> None:
+    """docs/permissions.md: every refusal is recorded, a CLI attempt with an unknown or revoked
+    token as `(unknown token)`. An API write with such a bearer token got 401 and was recorded
+    nowhere. It is now, through the refused sign-ins' count per source: the first one in a
+    window is a record (with its method and path), the rest are counted, so a flood cannot
+    fill the append-only log. The window's clock is the test's."""
+    app, store, run_id, now, refused = _refusals_counted(tmp_path)
+    with lw.Runtime(store) as rt:  # vic's token revoked
+        rt.store.set_token("vic", hash_token("vic-new-token-0123456789"), now=time.time())
     with TestClient(app, base_url=LOCAL) as c:
         path = f"/api/runs/{run_id}/cancel"
         for tok in [TOKENS["vic"]] + [f"junk-{i}" for i in range(20)]:
@@ -379,20 +391,7 @@ def test_a_write_with_no_token_is_recorded_once_per_source(tmp_path: Path) -> No
     the server restarted) got 401 and was recorded nowhere, where the CLI records `(no token)`
     and a bearer token naming nobody is `(unknown token)`. It is now recorded as the CLI's,
     through the same count per source. The window's clock is the test's."""
-    store, run_id = _web().make_parked_run(tmp_path)
-    add_people(store)
-    app = create_app(store, token=SERVER_TOKEN, identity="server")
-    now = [1000.0]
-    app.state.sign_ins.clock = lambda: now[0]
-
-    def refused() -> list[tuple[str, str, str, object]]:
-        with lw.Runtime(store) as rt:
-            return [
-                (a.actor, a.action, a.target, a.detail.get("counted"))
-                for a in rt.store.audit()
-                if a.outcome == "refused"
-            ]
-
+    app, store, run_id, now, refused = _refusals_counted(tmp_path)
     with TestClient(app, base_url=LOCAL) as c:
         path = f"/api/runs/{run_id}/cancel"
         for _ in range(5):
