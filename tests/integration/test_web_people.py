@@ -228,18 +228,43 @@ def test_refused_sign_ins_are_recorded_once_per_source_and_window(tmp_path: Path
 
 
 def test_refused_sign_in_windows_are_bounded() -> None:
-    """Many sources: the oldest window closes (its count recorded) and memory stays bounded."""
+    """Many sources: those beyond the windows kept are counted together, and memory stays
+    bounded; a window over closes, its count recorded, and makes room."""
+    from loopwright.web._auth import MANY_SOURCES, RefusedSignIns
+
+    written: list[tuple[str, str, int, tuple[str, str], str]] = []
+    now = [0.0]
+    log = RefusedSignIns(lambda *a: written.append(a), clock=lambda: now[0], max_sources=2)
+    for source in ("a", "a", "a", "b", "c", "c"):
+        log.refused(source, "wrong")
+    s, u = ("sign in", "dashboard"), "(unknown token)"
+    assert written == [("a", "wrong", 0, s, u), ("b", "wrong", 0, s, u)]
+    now[0] = log.window_s  # a's and b's windows are over: c is recorded, a's count too
+    log.refused("c", "wrong")
+    assert written[2:] == [("a", written[2][1], 2, s, u), ("c", "wrong", 0, s, u)]
+    log.flush()  # the two from c counted beyond the windows kept
+    assert written[4:] == [(MANY_SOURCES, written[2][1], 2, s, u)]
+
+
+def test_a_flood_from_more_sources_than_are_kept_writes_no_record_per_attempt() -> None:
+    """The oldest window closed to make room for a new source: a flood from more addresses
+    than are kept (4,096 by default; an IPv6 prefix holds billions) wrote a record for every
+    attempt, and each closed window's count one more. Now at most a record per window kept,
+    and the rest one count."""
     from loopwright.web._auth import RefusedSignIns
 
     written: list[tuple[str, str, int, tuple[str, str], str]] = []
-    log = RefusedSignIns(lambda *a: written.append(a), clock=lambda: 0.0, max_sources=2)
-    for source in ("a", "a", "a", "b", "c"):
-        log.refused(source, "wrong")
-    s, u = ("sign in", "dashboard"), "(unknown token)"
-    assert written == [("a", "wrong", 0, s, u), ("b", "wrong", 0, s, u), ("c", "wrong", 0, s, u),
-                       ("a", written[3][1], 2, s, u)]  # fmt: skip
+    log = RefusedSignIns(lambda *a: written.append(a), clock=lambda: 0.0, max_sources=8)
+    for attempt in range(1000):
+        log.refused(f"http 2001:db8::{attempt % 100:x}", "wrong, unknown or revoked token")
+    assert len(written) == 8
+    from loopwright.web._auth import MANY_SOURCES
+
     log.flush()
-    assert len(written) == 4
+    counted = {src: n for src, _why, n, _what, _who in written[8:]}
+    assert (
+        counted[MANY_SOURCES] + sum(n for src, n in counted.items() if src != MANY_SOURCES) == 992
+    )
 
 
 def test_a_rerun_from_the_dashboard_is_requested_by_who_signed_in(

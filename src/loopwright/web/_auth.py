@@ -237,7 +237,11 @@ class RefusedSignIns:
     page can try a token, so one record per attempt would let them fill the append-only audit
     log. The first refusal from a source (``http 10.0.0.7``) in ``window_s`` is recorded; the
     later ones are counted, and their count is recorded with the source's next record (its
-    first refusal after the window) or when the server stops (``flush``). ``record(source,
+    first refusal after the window) or when the server stops (``flush``). At most
+    ``max_sources`` windows are open: a source beyond them, while each is within its window, is
+    counted with the others beyond (recorded as from ``MANY_SOURCES``), so however many
+    addresses try, a window's time writes at most ``max_sources`` records of refusals and as
+    many of counts. ``record(source,
     reason, counted, what, who)`` writes one record, ``what`` its (action, target): a sign-in's
     ``("sign in", "dashboard")``, or the method and path of a write whose bearer token named
     nobody, or that had no token at all, which the same count per source holds (one flood, one
@@ -260,6 +264,7 @@ class RefusedSignIns:
         self.clock = clock
         self._max = max_sources
         self._windows: dict[str, _Window] = {}  # oldest window first
+        self._overflow: _Window | None = None  # the sources beyond ``max_sources``
         self._lock = threading.Lock()
 
     def refused(
@@ -278,14 +283,31 @@ class RefusedSignIns:
             if w is not None and now - w.start < self.window_s:
                 w.counted += 1
                 return
-            self._windows.pop(source, None)
-            self._windows[source] = _Window(now)
-            out.append((source, reason, w.counted if w is not None else 0, what, who))
-            while len(self._windows) > self._max:  # many sources: the oldest window closes
-                old = next(iter(self._windows))
-                gone = self._windows.pop(old)
+            carried = self._windows.pop(source).counted if w is not None else 0
+            # Windows over (the oldest first, as they were opened) close, their counts recorded
+            while self._windows:
+                first = next(iter(self._windows))
+                if now - self._windows[first].start < self.window_s:
+                    break
+                gone = self._windows.pop(first)
                 if gone.counted:
-                    out.append((old, COUNTED, gone.counted, SIGN_IN, UNKNOWN_TOKEN))
+                    out.append((first, COUNTED, gone.counted, SIGN_IN, UNKNOWN_TOKEN))
+            if len(self._windows) < self._max:
+                self._windows[source] = _Window(now)
+                out.append((source, reason, carried, what, who))
+            else:
+                # As many sources as are kept, each within its window: this one is counted
+                # with the others beyond them, not recorded. Closing the oldest window for it
+                # (as before) let a flood from more addresses than are kept (an IPv6 prefix)
+                # write a record per attempt, and recorded no more than a source each.
+                ov = self._overflow
+                if ov is not None and now - ov.start >= self.window_s:
+                    if ov.counted:
+                        out.append((MANY_SOURCES, COUNTED, ov.counted, SIGN_IN, UNKNOWN_TOKEN))
+                    ov = None
+                if ov is None:
+                    ov = self._overflow = _Window(now)
+                ov.counted += 1 + carried
         for args in out:
             self._record(*args)
 
@@ -293,11 +315,15 @@ class RefusedSignIns:
         """Record the counts not yet recorded (the server stops)."""
         with self._lock:
             held = [(s, w.counted) for s, w in self._windows.items() if w.counted]
+            if self._overflow is not None and self._overflow.counted:
+                held.append((MANY_SOURCES, self._overflow.counted))
             self._windows.clear()
+            self._overflow = None
         for source, n in held:
             self._record(source, COUNTED, n, SIGN_IN, UNKNOWN_TOKEN)
 
 
+MANY_SOURCES = "http (many sources)"  # where the refusals beyond the windows kept come from
 COUNTED = (
     "refused sign-ins (and writes with no token or one naming nobody) counted since the last "
     "record from here"
