@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 from fastapi import HTTPException
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -29,6 +30,7 @@ __all__ = [
     "BodyLimit",
     "Flash",
     "HeadAsGet",
+    "HostCheck",
     "NotText",
     "check_body_limit",
     "http_error",
@@ -252,3 +254,38 @@ class HeadAsGet:
             await send(message)
 
         await self.app(dict(scope, method="GET"), no_body, headers_only)
+
+
+class HostCheck:
+    """The ``Host`` names served (``TrustedHostMiddleware``), its refusal answered as every
+    other is: JSON with a ``detail`` (it was the text ``Invalid host header``, the only answer
+    of the API that was not JSON)."""
+
+    DETAIL = (
+        "Invalid host header: this dashboard answers to its own names only "
+        "(loopwright ui --allow-host NAME adds one)"
+    )
+    _PASSED = "loopwright.host_ok"
+
+    def __init__(self, app: ASGIApp, allowed_hosts: list[str]) -> None:
+        self.app = app
+        self._check = TrustedHostMiddleware(
+            self._passed, allowed_hosts=allowed_hosts, www_redirect=False
+        )
+
+    async def _passed(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[self._PASSED] = True
+        await self.app(scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._check(scope, receive, send)
+            return
+
+        async def refused_as_json(message: Message) -> None:
+            if scope.get(self._PASSED):
+                await send(message)
+            elif message["type"] == "http.response.start":  # the check's own refusal
+                await JSONResponse({"detail": self.DETAIL}, status_code=400)(scope, receive, send)
+
+        await self._check(scope, receive, refused_as_json)
