@@ -193,7 +193,12 @@ def test_a_forged_sign_out_is_refused_and_audited(setup: tuple[TestClient, str, 
     assert c.get("/api/me").json()["name"] == "ana"  # still signed in
     with lw.Runtime(store) as rt:
         rows = [(x.actor, x.action, x.target, x.outcome) for x in rt.store.audit()]
-    assert rows.count(("ana", "POST", "/logout", "refused")) == 2, rows
+    # the first from this source in a window is recorded, the next counted (a forged request's
+    # flood cannot fill the log: test_web_people.py)
+    assert rows.count(("ana", "POST", "/logout", "refused")) == 1, rows
+    c.app.state.sign_ins.flush()
+    with lw.Runtime(store) as rt:
+        assert rt.store.audit()[-1].detail["counted"] == 1
 
 
 @pytest.mark.parametrize("name", ["loopwright", "policy:earned", "x\x1b[2Jy", "a\u202eb"])

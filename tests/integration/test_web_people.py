@@ -427,7 +427,10 @@ def test_a_write_with_no_token_is_recorded_once_per_source(tmp_path: Path) -> No
         now[0] += app.state.sign_ins.window_s
         c.cookies.clear()
         assert c.post(path, headers={"Authorization": "Bearer junk"}).status_code == 401
-        assert refused()[1:] == [("(unknown token)", "POST", path, 5)]
+        assert refused()[1:] == [
+            ("(no token)", "sign in", "dashboard", 5),  # the window over: its count
+            ("(unknown token)", "POST", path, None),
+        ]
     with lw.Runtime(store) as rt:
         assert rt.store.get_run(run_id).status == "awaiting_approval"  # nothing cancelled
 
@@ -449,3 +452,25 @@ def test_an_edit_that_resumes_the_run_audits_the_resume(
     with lw.Runtime(store) as rt:
         got = [(a.actor, a.action, a.outcome) for a in rt.store.audit(target=f"run {run_id}")]
     assert got[-2:] == [("oscar", "edit", "allowed"), ("oscar", "resume", "allowed")]
+
+
+def test_forged_requests_under_a_person_s_name_are_counted_not_recorded_each(
+    setup: tuple[TestClient, str, str],
+) -> None:
+    """A page on the same site (another port of 127.0.0.1, a sibling subdomain) has the
+    browser send its session cookie with every post: each post without the page's CSRF token
+    was a record, under the name of the person whose browser it was, as fast as the page could
+    post. The first from a source in a window is recorded; the rest are counted."""
+    c, store, run_id = setup
+    sign_in(c, "ana")
+    for _ in range(50):
+        assert c.post(f"/runs/{run_id}/act", data={"action": "cancel"}).status_code == 403
+        assert c.post("/logout", data={}).status_code == 403
+    with lw.Runtime(store) as rt:
+        rows = [(a.actor, a.action, a.target) for a in rt.store.audit() if a.outcome == "refused"]
+    assert rows == [("ana", "POST", f"/runs/{run_id}/act")], rows
+    c.app.state.sign_ins.flush()  # as the server's stop does
+    with lw.Runtime(store) as rt:
+        [last] = [a for a in rt.store.audit() if a.outcome == "refused"][1:]
+    assert (last.actor, last.detail["counted"]) == ("ana", 99)
+    assert c.get("/api/me").json()["name"] == "ana"  # still signed in, nothing cancelled

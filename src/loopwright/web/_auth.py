@@ -236,7 +236,8 @@ class RefusedSignIns:
     """Refused sign-ins, audited once per source and window. Anyone who reaches the sign-in
     page can try a token, so one record per attempt would let them fill the append-only audit
     log. The first refusal from a source (``http 10.0.0.7``) in ``window_s`` is recorded; the
-    later ones are counted, and their count is recorded with the source's next record (its
+    later ones (recorded under the same ``who``: a forged request's is the person whose browser
+    sent it) are counted, and their count is recorded with the source's next record (its
     first refusal after the window) or when the server stops (``flush``). At most
     ``max_sources`` windows are open: a source beyond them, while each is within its window, is
     counted with the others beyond (recorded as from ``MANY_SOURCES``), so however many
@@ -263,7 +264,7 @@ class RefusedSignIns:
         self.window_s = window_s
         self.clock = clock
         self._max = max_sources
-        self._windows: dict[str, _Window] = {}  # oldest window first
+        self._windows: dict[tuple[str, str], _Window] = {}  # by (source, who); oldest first
         self._overflow: _Window | None = None  # the sources beyond ``max_sources``
         self._lock = threading.Lock()
 
@@ -279,11 +280,12 @@ class RefusedSignIns:
         now = self.clock()
         out: list[tuple[str, str, int, tuple[str, str], str]] = []
         with self._lock:
-            w = self._windows.get(source)
+            key = (source, who)
+            w = self._windows.get(key)
             if w is not None and now - w.start < self.window_s:
                 w.counted += 1
                 return
-            carried = self._windows.pop(source).counted if w is not None else 0
+            carried = self._windows.pop(key).counted if w is not None else 0
             # Windows over (the oldest first, as they were opened) close, their counts recorded
             while self._windows:
                 first = next(iter(self._windows))
@@ -291,9 +293,9 @@ class RefusedSignIns:
                     break
                 gone = self._windows.pop(first)
                 if gone.counted:
-                    out.append((first, COUNTED, gone.counted, SIGN_IN, UNKNOWN_TOKEN))
+                    out.append((first[0], COUNTED, gone.counted, SIGN_IN, first[1]))
             if len(self._windows) < self._max:
-                self._windows[source] = _Window(now)
+                self._windows[key] = _Window(now)
                 out.append((source, reason, carried, what, who))
             else:
                 # As many sources as are kept, each within its window: this one is counted
@@ -314,17 +316,17 @@ class RefusedSignIns:
     def flush(self) -> None:
         """Record the counts not yet recorded (the server stops)."""
         with self._lock:
-            held = [(s, w.counted) for s, w in self._windows.items() if w.counted]
+            held = [(s, who, w.counted) for (s, who), w in self._windows.items() if w.counted]
             if self._overflow is not None and self._overflow.counted:
-                held.append((MANY_SOURCES, self._overflow.counted))
+                held.append((MANY_SOURCES, UNKNOWN_TOKEN, self._overflow.counted))
             self._windows.clear()
             self._overflow = None
-        for source, n in held:
-            self._record(source, COUNTED, n, SIGN_IN, UNKNOWN_TOKEN)
+        for source, who, n in held:
+            self._record(source, COUNTED, n, SIGN_IN, who)
 
 
 MANY_SOURCES = "http (many sources)"  # where the refusals beyond the windows kept come from
 COUNTED = (
-    "refused sign-ins (and writes with no token or one naming nobody) counted since the last "
-    "record from here"
+    "refused sign-ins (and writes with no token, one naming nobody, or no CSRF token) counted "
+    "since the last record from here"
 )
