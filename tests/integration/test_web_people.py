@@ -454,6 +454,18 @@ def test_an_edit_that_resumes_the_run_audits_the_resume(
     assert got[-2:] == [("oscar", "edit", "allowed"), ("oscar", "resume", "allowed")]
 
 
+def test_a_rerun_started_at_once_audits_the_start(setup: tuple[TestClient, str, str]) -> None:
+    """A rerun with ``start`` resumed the new run with the fork's record only."""
+    c, store, run_id = setup
+    body = {"at_cycle": 0, "contract": {}, "start": True}
+    r = c.post(f"/api/runs/{run_id}/rerun", json=body, headers=bearer("oscar"))
+    assert r.status_code == 200, r.text
+    new = r.json()["run"]["run_id"]
+    with lw.Runtime(store) as rt:
+        got = [(a.actor, a.action, a.outcome) for a in rt.store.audit(target=f"run {new}")]
+    assert got == [("oscar", "resume", "allowed")]
+
+
 def test_forged_requests_under_a_person_s_name_are_counted_not_recorded_each(
     setup: tuple[TestClient, str, str],
 ) -> None:
