@@ -406,7 +406,7 @@ def test_a_write_with_a_token_that_names_nobody_is_recorded_once_per_source(
         assert r.status_code == 401
         assert refused()[1:] == [("(unknown token)", "POST", path, 21)]
         r = c.post(path, json={}, headers={"Authorization": "Bearer junk"})
-    assert refused()[2:] == [("(unknown token)", "sign in", "dashboard", 1)]  # at the stop
+    assert refused()[2:] == [("(unknown token)", "POST", path, 1)]  # at the stop
     with lw.Runtime(store) as rt:
         assert rt.store.get_run(run_id).status == "awaiting_approval"  # nothing cancelled
 
@@ -428,7 +428,7 @@ def test_a_write_with_no_token_is_recorded_once_per_source(tmp_path: Path) -> No
         c.cookies.clear()
         assert c.post(path, headers={"Authorization": "Bearer junk"}).status_code == 401
         assert refused()[1:] == [
-            ("(no token)", "sign in", "dashboard", 5),  # the window over: its count
+            ("(no token)", "POST", path, 5),  # the window over: its count
             ("(unknown token)", "POST", path, None),
         ]
     with lw.Runtime(store) as rt:
@@ -484,5 +484,5 @@ def test_forged_requests_under_a_person_s_name_are_counted_not_recorded_each(
     c.app.state.sign_ins.flush()  # as the server's stop does
     with lw.Runtime(store) as rt:
         [last] = [a for a in rt.store.audit() if a.outcome == "refused"][1:]
-    assert (last.actor, last.detail["counted"]) == ("ana", 99)
+    assert (last.actor, last.action, last.detail["counted"]) == ("ana", "POST", 99)
     assert c.get("/api/me").json()["name"] == "ana"  # still signed in, nothing cancelled

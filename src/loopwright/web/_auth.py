@@ -230,6 +230,7 @@ NO_TOKEN = "(no token)"
 class _Window:
     start: float
     counted: int = 0
+    what: tuple[str, str] = SIGN_IN  # the first record's (action, target): its count's too
 
 
 class RefusedSignIns:
@@ -293,9 +294,9 @@ class RefusedSignIns:
                     break
                 gone = self._windows.pop(first)
                 if gone.counted:
-                    out.append((first[0], COUNTED, gone.counted, SIGN_IN, first[1]))
+                    out.append((first[0], COUNTED, gone.counted, gone.what, first[1]))
             if len(self._windows) < self._max:
-                self._windows[key] = _Window(now)
+                self._windows[key] = _Window(now, what=what)
                 out.append((source, reason, carried, what, who))
             else:
                 # As many sources as are kept, each within its window: this one is counted
@@ -316,13 +317,14 @@ class RefusedSignIns:
     def flush(self) -> None:
         """Record the counts not yet recorded (the server stops)."""
         with self._lock:
-            held = [(s, who, w.counted) for (s, who), w in self._windows.items() if w.counted]
-            if self._overflow is not None and self._overflow.counted:
-                held.append((MANY_SOURCES, UNKNOWN_TOKEN, self._overflow.counted))
+            held = [(s, w.counted, w.what, who) for (s, who), w in self._windows.items()]
+            if self._overflow is not None:
+                held.append((MANY_SOURCES, self._overflow.counted, SIGN_IN, UNKNOWN_TOKEN))
             self._windows.clear()
             self._overflow = None
-        for source, who, n in held:
-            self._record(source, COUNTED, n, SIGN_IN, who)
+        for source, n, what, who in held:
+            if n:
+                self._record(source, COUNTED, n, what, who)
 
 
 MANY_SOURCES = "http (many sources)"  # where the refusals beyond the windows kept come from
