@@ -243,8 +243,8 @@ class RefusedSignIns:
     ``max_sources`` windows are open: a source beyond them, while each is within its window, is
     counted with the others beyond (recorded as from ``MANY_SOURCES``), so however many
     addresses try, a window's time writes at most ``max_sources`` records of refusals and as
-    many of counts. ``record(source,
-    reason, counted, what, who)`` writes one record, ``what`` its (action, target): a sign-in's
+    many of counts. ``record(source, reason, counted, what, who)`` writes one record, ``what``
+    its (action, target): a sign-in's
     ``("sign in", "dashboard")``, or the method and path of a write whose bearer token named
     nobody, or that had no token at all, which the same count per source holds (one flood, one
     bound); ``who`` whom it is recorded under (``(unknown token)``, ``(no token)``); ``clock``
