@@ -295,6 +295,11 @@ def test_a_rebound_host_name_reads_nothing(parked: tuple[str, str]) -> None:
             r = c.get(path)
             assert r.status_code == 400, (base, path, r.status_code)
             assert parked[1] not in r.text and "webtests" not in r.text
+            # the API's one shape of refusal (it was the text "Invalid host header")
+            assert r.headers["content-type"] == "application/json", r.headers
+            assert r.json()["detail"].startswith("Invalid host header: ")
+        r = c.post(f"/api/runs/{parked[1]}/cancel", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert r.status_code == 400 and "--allow-host" in r.json()["detail"]
     for base in ("http://127.0.0.1:8321", "http://localhost:8321", "http://[::1]:8321"):
         r = TestClient(app, base_url=base).get("/api/runs")
         assert r.status_code == 200, base

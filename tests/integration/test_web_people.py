@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import httpx
 import pytest
@@ -226,18 +228,43 @@ def test_refused_sign_ins_are_recorded_once_per_source_and_window(tmp_path: Path
 
 
 def test_refused_sign_in_windows_are_bounded() -> None:
-    """Many sources: the oldest window closes (its count recorded) and memory stays bounded."""
+    """Many sources: those beyond the windows kept are counted together, and memory stays
+    bounded; a window over closes, its count recorded, and makes room."""
+    from loopwright.web._auth import MANY_SOURCES, RefusedSignIns
+
+    written: list[tuple[str, str, int, tuple[str, str], str]] = []
+    now = [0.0]
+    log = RefusedSignIns(lambda *a: written.append(a), clock=lambda: now[0], max_sources=2)
+    for source in ("a", "a", "a", "b", "c", "c"):
+        log.refused(source, "wrong")
+    s, u = ("sign in", "dashboard"), "(unknown token)"
+    assert written == [("a", "wrong", 0, s, u), ("b", "wrong", 0, s, u)]
+    now[0] = log.window_s  # a's and b's windows are over: c is recorded, a's count too
+    log.refused("c", "wrong")
+    assert written[2:] == [("a", written[2][1], 2, s, u), ("c", "wrong", 0, s, u)]
+    log.flush()  # the two from c counted beyond the windows kept
+    assert written[4:] == [(MANY_SOURCES, written[2][1], 2, s, u)]
+
+
+def test_a_flood_from_more_sources_than_are_kept_writes_no_record_per_attempt() -> None:
+    """The oldest window closed to make room for a new source: a flood from more addresses
+    than are kept (4,096 by default; an IPv6 prefix holds billions) wrote a record for every
+    attempt, and each closed window's count one more. Now at most a record per window kept,
+    and the rest one count."""
     from loopwright.web._auth import RefusedSignIns
 
-    written: list[tuple[str, str, int, tuple[str, str]]] = []
-    log = RefusedSignIns(lambda *a: written.append(a), clock=lambda: 0.0, max_sources=2)
-    for source in ("a", "a", "a", "b", "c"):
-        log.refused(source, "wrong")
-    s = ("sign in", "dashboard")
-    assert written == [("a", "wrong", 0, s), ("b", "wrong", 0, s), ("c", "wrong", 0, s),
-                       ("a", written[3][1], 2, s)]  # fmt: skip
+    written: list[tuple[str, str, int, tuple[str, str], str]] = []
+    log = RefusedSignIns(lambda *a: written.append(a), clock=lambda: 0.0, max_sources=8)
+    for attempt in range(1000):
+        log.refused(f"http 2001:db8::{attempt % 100:x}", "wrong, unknown or revoked token")
+    assert len(written) == 8
+    from loopwright.web._auth import MANY_SOURCES
+
     log.flush()
-    assert len(written) == 4
+    counted = {src: n for src, _why, n, _what, _who in written[8:]}
+    assert (
+        counted[MANY_SOURCES] + sum(n for src, n in counted.items() if src != MANY_SOURCES) == 992
+    )
 
 
 def test_a_rerun_from_the_dashboard_is_requested_by_who_signed_in(
@@ -332,18 +359,14 @@ def test_a_viewers_rollback_is_refused_for_the_role_before_its_cycle_is_checked(
     assert checked.status_code == 400 and "to_cycle must be" in checked.json()["detail"]
 
 
-def test_a_write_with_a_token_that_names_nobody_is_recorded_once_per_source(
+def _refusals_counted(
     tmp_path: Path,
-) -> None:
-    """docs/permissions.md: every refusal is recorded, a CLI attempt with an unknown or revoked
-    token as `(unknown token)`. An API write with such a bearer token got 401 and was recorded
-    nowhere. It is now, through the refused sign-ins' count per source: the first one in a
-    window is a record (with its method and path), the rest are counted, so a flood cannot
-    fill the append-only log. The window's clock is the test's."""
+) -> tuple[Any, str, str, list[float], Callable[[], list[tuple[str, str, str, object]]]]:
+    """A store with people and a parked run, its app with the refusals' window on the test's
+    clock: (app, store, run id, the clock, the refused records as (actor, action, target,
+    counted))."""
     store, run_id = _web().make_parked_run(tmp_path)
     add_people(store)
-    with lw.Runtime(store) as rt:  # vic's token revoked
-        rt.store.set_token("vic", hash_token("vic-new-token-0123456789"), now=time.time())
     app = create_app(store, token=SERVER_TOKEN, identity="server")
     now = [1000.0]
     app.state.sign_ins.clock = lambda: now[0]
@@ -356,6 +379,20 @@ def test_a_write_with_a_token_that_names_nobody_is_recorded_once_per_source(
                 if a.outcome == "refused"
             ]
 
+    return app, store, run_id, now, refused
+
+
+def test_a_write_with_a_token_that_names_nobody_is_recorded_once_per_source(
+    tmp_path: Path,
+) -> None:
+    """docs/permissions.md: every refusal is recorded, a CLI attempt with an unknown or revoked
+    token as `(unknown token)`. An API write with such a bearer token got 401 and was recorded
+    nowhere. It is now, through the refused sign-ins' count per source: the first one in a
+    window is a record (with its method and path), the rest are counted, so a flood cannot
+    fill the append-only log. The window's clock is the test's."""
+    app, store, run_id, now, refused = _refusals_counted(tmp_path)
+    with lw.Runtime(store) as rt:  # vic's token revoked
+        rt.store.set_token("vic", hash_token("vic-new-token-0123456789"), now=time.time())
     with TestClient(app, base_url=LOCAL) as c:
         path = f"/api/runs/{run_id}/cancel"
         for tok in [TOKENS["vic"]] + [f"junk-{i}" for i in range(20)]:
@@ -369,6 +406,83 @@ def test_a_write_with_a_token_that_names_nobody_is_recorded_once_per_source(
         assert r.status_code == 401
         assert refused()[1:] == [("(unknown token)", "POST", path, 21)]
         r = c.post(path, json={}, headers={"Authorization": "Bearer junk"})
-    assert refused()[2:] == [("(unknown token)", "sign in", "dashboard", 1)]  # at the stop
+    assert refused()[2:] == [("(unknown token)", "POST", path, 1)]  # at the stop
     with lw.Runtime(store) as rt:
         assert rt.store.get_run(run_id).status == "awaiting_approval"  # nothing cancelled
+
+
+def test_a_write_with_no_token_is_recorded_once_per_source(tmp_path: Path) -> None:
+    """A write with no token or session at all (an API call without one, a form posted after
+    the server restarted) got 401 and was recorded nowhere, where the CLI records `(no token)`
+    and a bearer token naming nobody is `(unknown token)`. It is now recorded as the CLI's,
+    through the same count per source. The window's clock is the test's."""
+    app, store, run_id, now, refused = _refusals_counted(tmp_path)
+    with TestClient(app, base_url=LOCAL) as c:
+        path = f"/api/runs/{run_id}/cancel"
+        for _ in range(5):
+            assert c.post(path).status_code == 401
+        c.cookies.set("lw_session", "a-session-this-server-never-made")
+        assert c.post(f"/runs/{run_id}/act", data={"action": "cancel"}).status_code == 401
+        assert refused() == [("(no token)", "POST", path, None)]
+        now[0] += app.state.sign_ins.window_s
+        c.cookies.clear()
+        assert c.post(path, headers={"Authorization": "Bearer junk"}).status_code == 401
+        assert refused()[1:] == [
+            ("(no token)", "POST", path, 5),  # the window over: its count
+            ("(unknown token)", "POST", path, None),
+        ]
+    with lw.Runtime(store) as rt:
+        assert rt.store.get_run(run_id).status == "awaiting_approval"  # nothing cancelled
+
+
+def test_an_edit_that_resumes_the_run_audits_the_resume(
+    setup: tuple[TestClient, str, str],
+) -> None:
+    """A resume asked alone, or with a rollback, is audited (and needs the operator role); the
+    one asked with an edit (`resume: true`) was the edit's record only."""
+    c, store, run_id = setup
+    assert c.post(f"/api/runs/{run_id}/cancel", headers=bearer("oscar")).status_code == 200
+    r = c.post(
+        f"/api/runs/{run_id}/parts/doc/a",
+        json={"value": 7, "note": "n", "resume": True},
+        headers=bearer("oscar"),
+    )
+    assert r.status_code == 200, r.text
+    assert "resum" in r.json()["message"]
+    with lw.Runtime(store) as rt:
+        got = [(a.actor, a.action, a.outcome) for a in rt.store.audit(target=f"run {run_id}")]
+    assert got[-2:] == [("oscar", "edit", "allowed"), ("oscar", "resume", "allowed")]
+
+
+def test_a_rerun_started_at_once_audits_the_start(setup: tuple[TestClient, str, str]) -> None:
+    """A rerun with ``start`` resumed the new run with the fork's record only."""
+    c, store, run_id = setup
+    body = {"at_cycle": 0, "contract": {}, "start": True}
+    r = c.post(f"/api/runs/{run_id}/rerun", json=body, headers=bearer("oscar"))
+    assert r.status_code == 200, r.text
+    new = r.json()["run"]["run_id"]
+    with lw.Runtime(store) as rt:
+        got = [(a.actor, a.action, a.outcome) for a in rt.store.audit(target=f"run {new}")]
+    assert got == [("oscar", "resume", "allowed")]
+
+
+def test_forged_requests_under_a_person_s_name_are_counted_not_recorded_each(
+    setup: tuple[TestClient, str, str],
+) -> None:
+    """A page on the same site (another port of 127.0.0.1, a sibling subdomain) has the
+    browser send its session cookie with every post: each post without the page's CSRF token
+    was a record, under the name of the person whose browser it was, as fast as the page could
+    post. The first from a source in a window is recorded; the rest are counted."""
+    c, store, run_id = setup
+    sign_in(c, "ana")
+    for _ in range(50):
+        assert c.post(f"/runs/{run_id}/act", data={"action": "cancel"}).status_code == 403
+        assert c.post("/logout", data={}).status_code == 403
+    with lw.Runtime(store) as rt:
+        rows = [(a.actor, a.action, a.target) for a in rt.store.audit() if a.outcome == "refused"]
+    assert rows == [("ana", "POST", f"/runs/{run_id}/act")], rows
+    c.app.state.sign_ins.flush()  # as the server's stop does
+    with lw.Runtime(store) as rt:
+        [last] = [a for a in rt.store.audit() if a.outcome == "refused"][1:]
+    assert (last.actor, last.action, last.detail["counted"]) == ("ana", "POST", 99)
+    assert c.get("/api/me").json()["name"] == "ana"  # still signed in, nothing cancelled

@@ -9,6 +9,7 @@ or a rerun's task key it was a 500. A NUL character in a note or task key was Po
 from __future__ import annotations
 
 import contextlib
+import re
 from pathlib import Path
 
 import pytest
@@ -222,3 +223,47 @@ def test_runtime_edit_refuses_a_value_that_contains_itself(tmp_path: Path) -> No
         loop.append(loop)
         with pytest.raises(lw.ConfigError, match="value must be JSON"):  # not a loop forever
             rt.edit(res.run_id, "doc/memo", loop, by="ana")
+
+
+@pytest.mark.parametrize(
+    ("how", "body", "said"),
+    [
+        ("deny", '{"note": "a\\u0000b"}', "NUL"),
+        ("approve", '{"note": "a\\u0000b"}', "NUL"),
+        ("approve", '{"note": "a\\ud800b"}', "lone surrogate (\\ud800)"),
+        ("answer", '{"answer": "a\\u0000b"}', "NUL"),
+        ("answer", '{"answer": {"x": "\\ud800"}}', "lone surrogate (\\ud800)"),
+    ],
+    ids=["deny-nul", "approve-nul", "approve-surrogate", "answer-nul", "answer-surrogate"],
+)
+def test_a_decision_refused_for_text_the_store_cannot_keep_is_audited(
+    parked: tuple[TestClient, str, str], how: str, body: str, said: str
+) -> None:
+    """A note holding an escape character was refused by the engine and audited; one holding
+    a NUL or a lone surrogate was refused by the web layer first and recorded nowhere."""
+    client, run_id, approval_id = parked
+    r = client.post(f"/api/approvals/{approval_id}/{how}", content=body, headers=AUTH)
+    assert r.status_code == 400, r.text
+    [rec] = client.get("/api/audit", headers=AUTH).json()
+    assert (rec["actor"], rec["action"], rec["target"]) == ("operator", how, f"run {run_id}")
+    assert rec["outcome"] == "refused" and said in rec["detail"]["reason"]
+    assert set(rec["detail"]) == {"reason"}  # the reason, not the text
+    [a] = client.get(f"/api/approvals?run_id={run_id}&status=").json()
+    assert a["status"] == "pending"
+
+
+def test_a_form_decision_with_a_nul_is_audited(parked: tuple[TestClient, str, str]) -> None:
+    client, run_id, approval_id = parked
+    client.post("/login", data={"token": TOKEN})
+    csrf = re.search(r'name="csrf" value="([^"]+)"', client.get("/approvals").text)
+    assert csrf
+    r = client.post(
+        f"/approvals/{approval_id}/decide",
+        data={"csrf": csrf.group(1), "action": "deny", "note": "a\x00b"},
+    )
+    assert r.status_code == 400, r.text
+    rows = client.get("/api/audit").json()
+    assert [(a["action"], a["outcome"], a["target"]) for a in rows] == [
+        ("deny", "refused", f"run {run_id}")
+    ]
+    assert "NUL" in rows[0]["detail"]["reason"]

@@ -178,7 +178,11 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         )
         said = ", ".join(f"{k} {v['from']} → {v['to']}" for k, v in changed.items()) or "same"
         msg = f"rerun of {rec.run_id[:12]} from cycle {at_cycle} by {who} (contract: {said})"
-        if start:
+        if start:  # audited, as a resume asked alone is (it was the fork's record only)
+            try:
+                operate(store, who, "resume", f"run {new.run_id}", origin=origin)
+            except LoopwrightError as exc:
+                raise http_error(exc) from exc
             msg += f"; {deps.resume_later(new.run_id)}"
         else:
             msg += "; Resume it to start"

@@ -19,8 +19,8 @@ from .._reuse_now import as_now
 from .._state import TaskState
 from ._context import WebContext
 from ._guard import JSON_TYPE
-from ._http import json_body
-from ._operations import act, decide, edit_part
+from ._http import NotText, json_body
+from ._operations import act, decide, edit_part, refused_decision
 from ._queries import PAGE_SIZE, approvals_query, page_size, paged, runs_query
 from ._run_json import run_document
 from ._views import (
@@ -230,7 +230,13 @@ def register_api(app: FastAPI, ctx: WebContext) -> None:
         # Who is asking first: a request that may not decide is refused before its body is
         # read (FastAPI would read and parse a declared body before the function runs).
         await run_in_threadpool(ctx.require_api_write, request)
-        body = await decision_of(request, required=required)
+        try:
+            body = await decision_of(request, required=required)
+        except NotText as exc:  # audited, as the engine audits a note it refuses
+            await run_in_threadpool(
+                refused_decision, ctx, request, approval_id, how, str(exc.detail)
+            )
+            raise
         done, resumed = await run_in_threadpool(
             decide, ctx, request, approval_id, how, body.note, body.answer
         )

@@ -11,7 +11,6 @@ import jinja2
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from .._authority import check_person
 from .._errors import ConfigError
@@ -31,7 +30,7 @@ from ._guard import (  # noqa: F401  (re-exported: their home before the split)
     WRITES,
     install_guard,
 )
-from ._http import BodyLimit, Flash, HeadAsGet, check_body_limit
+from ._http import BodyLimit, Flash, HeadAsGet, HostCheck, check_body_limit
 from ._live import MAX_STREAMS, install_live
 from ._notify import NotifyConfig
 from ._pages import register_pages
@@ -145,7 +144,7 @@ def create_app(
     # A body over ``max_body``: 413, declared or found as it streams, the rest never read.
     app.add_middleware(BodyLimit, max_body=max_body)
     # A foreign Host is refused before the guard or any route runs.
-    app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False)
+    app.add_middleware(HostCheck, allowed_hosts=hosts)
     # Outermost of all: HEAD is the GET of the same address, refused where a GET is, no body.
     app.add_middleware(HeadAsGet)
     # /api/events and the store poller behind it; webhooks when ``notify`` names URLs.

@@ -30,6 +30,8 @@ __all__ = [
     "COOKIE",
     "MAX_SESSIONS",
     "MIN_TOKEN",
+    "NO_TOKEN",
+    "UNKNOWN_TOKEN",
     "Auth",
     "RefusedSignIns",
     "check_token",
@@ -219,32 +221,41 @@ def cross_site(request: Request) -> str | None:
 
 SIGN_IN = ("sign in", "dashboard")
 """What a refused sign-in is recorded as (action, target); the count of those not recorded
-too, writes with a token that named nobody among them."""
+too, writes with a token that named nobody (or with none) among them."""
+UNKNOWN_TOKEN = "(unknown token)"  # who a refusal is recorded under, as the CLI names it
+NO_TOKEN = "(no token)"
 
 
 @dataclass(slots=True)
 class _Window:
     start: float
     counted: int = 0
+    what: tuple[str, str] = SIGN_IN  # the first record's (action, target): its count's too
 
 
 class RefusedSignIns:
     """Refused sign-ins, audited once per source and window. Anyone who reaches the sign-in
     page can try a token, so one record per attempt would let them fill the append-only audit
     log. The first refusal from a source (``http 10.0.0.7``) in ``window_s`` is recorded; the
-    later ones are counted, and their count is recorded with the source's next record (its
-    first refusal after the window) or when the server stops (``flush``). ``record(source,
-    reason, counted, what)`` writes one record, ``what`` its (action, target): a sign-in's
+    later ones (recorded under the same ``who``: a forged request's is the person whose browser
+    sent it) are counted, and their count is recorded with the source's next record (its
+    first refusal after the window) or when the server stops (``flush``). At most
+    ``max_sources`` windows are open: a source beyond them, while each is within its window, is
+    counted with the others beyond (recorded as from ``MANY_SOURCES``), so however many
+    addresses try, a window's time writes at most ``max_sources`` records of refusals and as
+    many of counts. ``record(source, reason, counted, what, who)`` writes one record, ``what``
+    its (action, target): a sign-in's
     ``("sign in", "dashboard")``, or the method and path of a write whose bearer token named
-    nobody, which the same count per source holds (one flood, one bound); ``clock`` is
-    monotonic seconds."""
+    nobody, or that had no token at all, which the same count per source holds (one flood, one
+    bound); ``who`` whom it is recorded under (``(unknown token)``, ``(no token)``); ``clock``
+    is monotonic seconds."""
 
     WINDOW_S = 600.0
     MAX_SOURCES = 4096
 
     def __init__(
         self,
-        record: Callable[[str, str, int, tuple[str, str]], None],
+        record: Callable[[str, str, int, tuple[str, str], str], None],
         *,
         window_s: float = WINDOW_S,
         clock: Callable[[], float] = time.monotonic,
@@ -254,37 +265,70 @@ class RefusedSignIns:
         self.window_s = window_s
         self.clock = clock
         self._max = max_sources
-        self._windows: dict[str, _Window] = {}  # oldest window first
+        self._windows: dict[tuple[str, str], _Window] = {}  # by (source, who); oldest first
+        self._overflow: _Window | None = None  # the sources beyond ``max_sources``
         self._lock = threading.Lock()
 
-    def refused(self, source: str, reason: str, what: tuple[str, str] = SIGN_IN) -> None:
-        """A sign-in (or ``what``) from ``source`` refused for ``reason``: recorded, or
-        counted."""
+    def refused(
+        self,
+        source: str,
+        reason: str,
+        what: tuple[str, str] = SIGN_IN,
+        who: str = UNKNOWN_TOKEN,
+    ) -> None:
+        """A sign-in (or ``what``, by ``who``) from ``source`` refused for ``reason``:
+        recorded, or counted."""
         now = self.clock()
-        out: list[tuple[str, str, int, tuple[str, str]]] = []
+        out: list[tuple[str, str, int, tuple[str, str], str]] = []
         with self._lock:
-            w = self._windows.get(source)
+            key = (source, who)
+            w = self._windows.get(key)
             if w is not None and now - w.start < self.window_s:
                 w.counted += 1
                 return
-            self._windows.pop(source, None)
-            self._windows[source] = _Window(now)
-            out.append((source, reason, w.counted if w is not None else 0, what))
-            while len(self._windows) > self._max:  # many sources: the oldest window closes
-                old = next(iter(self._windows))
-                gone = self._windows.pop(old)
+            carried = self._windows.pop(key).counted if w is not None else 0
+            # Windows over (the oldest first, as they were opened) close, their counts recorded
+            while self._windows:
+                first = next(iter(self._windows))
+                if now - self._windows[first].start < self.window_s:
+                    break
+                gone = self._windows.pop(first)
                 if gone.counted:
-                    out.append((old, COUNTED, gone.counted, SIGN_IN))
+                    out.append((first[0], COUNTED, gone.counted, gone.what, first[1]))
+            if len(self._windows) < self._max:
+                self._windows[key] = _Window(now, what=what)
+                out.append((source, reason, carried, what, who))
+            else:
+                # As many sources as are kept, each within its window: this one is counted
+                # with the others beyond them, not recorded. Closing the oldest window for it
+                # (as before) let a flood from more addresses than are kept (an IPv6 prefix)
+                # write a record per attempt, and recorded no more than a source each.
+                ov = self._overflow
+                if ov is not None and now - ov.start >= self.window_s:
+                    if ov.counted:
+                        out.append((MANY_SOURCES, COUNTED, ov.counted, SIGN_IN, UNKNOWN_TOKEN))
+                    ov = None
+                if ov is None:
+                    ov = self._overflow = _Window(now)
+                ov.counted += 1 + carried
         for args in out:
             self._record(*args)
 
     def flush(self) -> None:
         """Record the counts not yet recorded (the server stops)."""
         with self._lock:
-            held = [(s, w.counted) for s, w in self._windows.items() if w.counted]
+            held = [(s, w.counted, w.what, who) for (s, who), w in self._windows.items()]
+            if self._overflow is not None:
+                held.append((MANY_SOURCES, self._overflow.counted, SIGN_IN, UNKNOWN_TOKEN))
             self._windows.clear()
-        for source, n in held:
-            self._record(source, COUNTED, n, SIGN_IN)
+            self._overflow = None
+        for source, n, what, who in held:
+            if n:
+                self._record(source, COUNTED, n, what, who)
 
 
-COUNTED = "refused sign-ins (and token writes) counted since the last record from here"
+MANY_SOURCES = "http (many sources)"  # where the refusals beyond the windows kept come from
+COUNTED = (
+    "refused sign-ins (and writes with no token, one naming nobody, or no CSRF token) counted "
+    "since the last record from here"
+)

@@ -12,7 +12,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from .._authority import audit, why_not_approve
+from .._authority import why_not_approve
 from .._contract import TERMINAL_STATUSES
 from .._engine import Runtime
 from .._errors import ConfigError
@@ -61,11 +61,16 @@ class WebContext:
 
     def refused_csrf(self, request: Request) -> None:
         """A signed-in person's write without the page's CSRF token: a forged request (or a
-        stale page); audited where people are."""
-        if self.auth.users_mode:
-            audit(self.store, self.auth.who(request), request.method, request.url.path,
-                  outcome="refused", origin=origin_of(request),
-                  reason="missing or wrong CSRF token")  # fmt: skip
+        stale page); audited where people are, through the refused sign-ins' count per
+        source. A page on the same site (another port of 127.0.0.1, a sibling subdomain) has
+        the browser send the session cookie with its posts: one record each let it fill the
+        append-only log, under the name of whoever's browser it was."""
+        self.app.state.sign_ins.refused(
+            origin_of(request),
+            "missing or wrong CSRF token",
+            (request.method, request.url.path[:200]),
+            self.auth.who(request),
+        )
 
     def require_write(self, request: Request) -> None:
         if not self.auth.signed_in(request):

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware.base import RequestResponseEndpoint
 
-from ._auth import Auth
+from ._auth import NO_TOKEN, UNKNOWN_TOKEN, Auth
 from ._http import origin_of
 
 __all__ = [
@@ -97,16 +97,21 @@ def install_guard(app: FastAPI, auth: Auth) -> None:
             # Every write needs a sign-in, asked before a route reads (or FastAPI parses) its
             # body; the route checks the rest (the CSRF token, what the person may do).
             scheme, _, value = request.headers.get("authorization", "").partition(" ")
+            # A token that names nobody (wrong, unknown, revoked) is recorded, as the CLI's
+            # `(unknown token)` is, and a write with no token or session at all as its
+            # `(no token)` (it was recorded nowhere), through the refused sign-ins' count per
+            # source: a flood of such writes cannot fill the audit log.
             if scheme.lower() == "bearer" and value.strip():
-                # A token that names nobody (wrong, unknown, revoked) is recorded, as the CLI's
-                # `(unknown token)` is, through the refused sign-ins' count per source: a flood
-                # of such writes cannot fill the audit log.
-                await run_in_threadpool(
-                    app.state.sign_ins.refused,
-                    origin_of(request),
-                    "wrong, unknown or revoked token",
-                    (request.method, path[:200]),
-                )
+                who, why = UNKNOWN_TOKEN, "wrong, unknown or revoked token"
+            else:
+                who, why = NO_TOKEN, "no token, or a session that ended"
+            await run_in_threadpool(
+                app.state.sign_ins.refused,
+                origin_of(request),
+                why,
+                (request.method, path[:200]),
+                who,
+            )
             response = JSONResponse(
                 {"detail": "token required"},
                 status_code=401,

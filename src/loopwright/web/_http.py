@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 from fastapi import HTTPException
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -29,6 +30,8 @@ __all__ = [
     "BodyLimit",
     "Flash",
     "HeadAsGet",
+    "HostCheck",
+    "NotText",
     "check_body_limit",
     "http_error",
     "json_body",
@@ -83,12 +86,20 @@ async def json_body(request: Request, shape: str) -> Any:
     raw = await request.body()
     try:
         body = strict_loads(raw.decode("utf-8"))
-        _all_text(body)
     except DuplicateKeyError as exc:  # JSON readers keep the last: which was meant is unknown
         raise HTTPException(400, f"the body is ambiguous: {exc}; give each key once") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise HTTPException(400, f"the body must be JSON ({exc}): {shape}") from None
+    try:
+        _all_text(body)
+    except ValueError as exc:
+        raise NotText(400, f"the body must be JSON ({exc}): {shape}") from None
     return body
+
+
+class NotText(HTTPException):
+    """A JSON body refused for a string that is not text (a lone surrogate): a route that
+    audits its refusals (a decision) records this one too."""
 
 
 def _all_text(value: Any) -> None:
@@ -243,3 +254,38 @@ class HeadAsGet:
             await send(message)
 
         await self.app(dict(scope, method="GET"), no_body, headers_only)
+
+
+class HostCheck:
+    """The ``Host`` names served (``TrustedHostMiddleware``), its refusal answered as every
+    other is: JSON with a ``detail`` (it was the text ``Invalid host header``, the only answer
+    of the API that was not JSON)."""
+
+    DETAIL = (
+        "Invalid host header: this dashboard answers to its own names only "
+        "(loopwright ui --allow-host NAME adds one)"
+    )
+    _PASSED = "loopwright.host_ok"
+
+    def __init__(self, app: ASGIApp, allowed_hosts: list[str]) -> None:
+        self.app = app
+        self._check = TrustedHostMiddleware(
+            self._passed, allowed_hosts=allowed_hosts, www_redirect=False
+        )
+
+    async def _passed(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[self._PASSED] = True
+        await self.app(scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._check(scope, receive, send)
+            return
+
+        async def refused_as_json(message: Message) -> None:
+            if scope.get(self._PASSED):
+                await send(message)
+            elif message["type"] == "http.response.start":  # the check's own refusal
+                await JSONResponse({"detail": self.DETAIL}, status_code=400)(scope, receive, send)
+
+        await self._check(scope, receive, refused_as_json)

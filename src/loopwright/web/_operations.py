@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import HTTPException, Request
 
-from .._authority import operate, require
+from .._authority import audit, operate, require
 from .._contract import TERMINAL_STATUSES
 from .._engine import Runtime
 from .._errors import (
@@ -23,7 +23,14 @@ from ._context import RESUMING, WebContext
 from ._http import http_error, origin_of, text_field
 from ._views import edits_view
 
-__all__ = ["act", "decide", "edit_part", "find_approval", "permitted_unrecorded"]
+__all__ = [
+    "act",
+    "decide",
+    "edit_part",
+    "find_approval",
+    "permitted_unrecorded",
+    "refused_decision",
+]
 
 
 def find_approval(store: Store, approval_id: str) -> Approval:
@@ -39,9 +46,10 @@ def decide(
     """A decision by the signed-in person (the engine checks what they may decide)."""
     store, auth = ctx.store, ctx.auth
     a = find_approval(store, approval_id)
-    note = text_field((note or "").strip() or None, "note")
-    if isinstance(answer, str):
-        text_field(answer, "answer")
+    # A note or answer the store cannot keep (a NUL, a lone surrogate) is refused by the engine,
+    # which audits the refusal as it does an escape character's (it was refused here first,
+    # with a 400 and no record)
+    note = (note or "").strip() or None
     rt = Runtime(store)
     by, where = auth.who(request), origin_of(request)
     try:
@@ -70,6 +78,19 @@ def decide(
     if how == "deny" and resumed == RESUMING:  # a denial ends the run: say so
         resumed = "the run ends escalated to a person, as a denied request does"
     return done, resumed
+
+
+def refused_decision(
+    ctx: WebContext, request: Request, approval_id: str, how: str, why: str
+) -> None:
+    """Audit a decision refused before the engine saw it (a body holding a lone surrogate,
+    which is not read at all), as the engine audits one refused for its note: by whom, on the
+    request's run, with the reason and not the text."""
+    a = ctx.store.approval(approval_id)
+    if a is None:
+        return  # no such request: answered 404 as any decision on it is, not a decision
+    audit(ctx.store, ctx.auth.who(request), how, f"run {a.run_id}", outcome="refused",
+          origin=origin_of(request), reason=why)  # fmt: skip
 
 
 def permitted_unrecorded(store: Store, by: str, action: str, run_id: str, where: str) -> bool:
@@ -167,6 +188,11 @@ def edit_part(
     if blocked is not None:
         msg += f"; {blocked}"
     elif resume and done.status not in TERMINAL_STATUSES and done.status != "awaiting_approval":
+        # audited, as a resume alone and a rollback's resume are (it was the edit's record only)
+        try:
+            operate(store, by, "resume", f"run {done.run_id}", origin=origin_of(request))
+        except LoopwrightError as exc:
+            raise http_error(exc) from exc
         who = {"by": by}
         store.append_events(done.run_id, [NewEvent(done.cycle, "resume_requested", who)])
         msg += f"; {ctx.resume_later(done.run_id)}"

@@ -29,9 +29,11 @@ def register_sign_in(app: FastAPI, ctx: WebContext) -> None:
     """``/login`` and ``/logout``; the refused sign-ins recorded when the application stops."""
     store, auth, page = ctx.store, ctx.auth, ctx.page
 
-    def record_refused(source: str, reason: str, counted: int, what: tuple[str, str]) -> None:
+    def record_refused(
+        source: str, reason: str, counted: int, what: tuple[str, str], who: str
+    ) -> None:
         if auth.users_mode:  # sign-ins are audited where people are
-            audit(store, "(unknown token)", what[0], what[1], outcome="refused",
+            audit(store, who, what[0], what[1], outcome="refused",
                   origin=source, reason=reason, counted=counted or None)  # fmt: skip
 
     sign_ins = RefusedSignIns(record_refused)
@@ -76,8 +78,19 @@ def register_sign_in(app: FastAPI, ctx: WebContext) -> None:
         if auth.users_mode:  # sign-ins are audited where people are
             audit(store, name, "sign in", "dashboard", outcome="allowed", origin=where)
         resp = RedirectResponse(safe_next(target), status_code=303)
+        # Secure where the browser reached the dashboard over https (the TLS proxy in front
+        # says so in X-Forwarded-Proto; `loopwright ui` reads no proxy header, so its scheme is
+        # http): the browser then never sends the session over plain http, to the same name on
+        # port 80 that redirects to https. A client that claims https only marks its own
+        # cookie so.
+        proto = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
         resp.set_cookie(
-            COOKIE, auth.new_session(token.strip()), httponly=True, samesite="strict", path="/"
+            COOKIE,
+            auth.new_session(token.strip()),
+            httponly=True,
+            samesite="strict",
+            path="/",
+            secure="https" in (request.url.scheme, proto),
         )
         return resp
 

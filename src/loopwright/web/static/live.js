@@ -5,6 +5,8 @@
   "use strict";
   if (!window.EventSource) { return; }  // app.js polls instead
   var root = document.documentElement;
+  var RETRY_MIN_MS = 1000;  // a refused stream is asked for again after this, doubling ...
+  var RETRY_MAX_MS = 60000;  // ... up to this (or what the server's Retry-After says, capped)
 
   // Stored text with the characters that reorder what is read written out ("\u202e"), as
   // the server writes it into pages (web/_values.reveal).
@@ -189,16 +191,56 @@
     var table = document.getElementById("runs");
     var head = document.getElementById("run-status");
     // From the stream's position when the server drew this page: a change found while the
-    // page loaded is sent, not missed. A reconnect sends Last-Event-ID, which the server prefers.
+    // page loaded is sent, not missed. The browser's own reconnect sends Last-Event-ID, which
+    // the server prefers; a stream opened again here asks for what followed the last event seen.
     var after = parseInt(root.getAttribute("data-live-after") || "", 10);
-    var es = new EventSource("/api/events" + (after >= 0 ? "?after=" + after : ""));
-    es.addEventListener("open", function () { root.setAttribute("data-live", "on"); });
-    es.addEventListener("error", function () { root.setAttribute("data-live", "off"); });
-    es.addEventListener("run", function (e) {
+    var backoff = RETRY_MIN_MS;
+    function onRun(e) {
+      seen(e);
       var r = JSON.parse(e.data);
       if (table) { onRunInList(table, r); }
       if (head) { onRunPage(head, r); }
-    });
-    es.addEventListener("approval", function (e) { onApproval(JSON.parse(e.data)); });
+    }
+    function onApprovalEvent(e) { seen(e); onApproval(JSON.parse(e.data)); }
+    function seen(e) {
+      var n = parseInt(e.lastEventId, 10);
+      if (n >= 0) { after = n; }
+    }
+    function connect() {
+      root.removeAttribute("data-live-retry-ms");
+      var es = new EventSource("/api/events" + (after >= 0 ? "?after=" + after : ""));
+      es.addEventListener("open", function () {
+        backoff = RETRY_MIN_MS;
+        root.setAttribute("data-live", "on");
+      });
+      es.addEventListener("error", function () {
+        root.setAttribute("data-live", "off");
+        // A refusal (the server's streams all taken: 503 with Retry-After; a restart
+        // mid-answer) closes an EventSource for good; a dropped connection it retries itself.
+        if (es.readyState === EventSource.CLOSED) { es.close(); later(); }
+      });
+      es.addEventListener("run", onRun);
+      es.addEventListener("approval", onApprovalEvent);
+    }
+    // Why the stream was refused, asked with a HEAD (an EventSource shows no status or header):
+    // a sign-in that ended stops here; else wait as Retry-After says, and at least the backoff,
+    // which doubles up to RETRY_MAX_MS, a random part added so that the pages refused at once
+    // do not all come back at the same moment.
+    function later() {
+      function wait(ms) {
+        var delay = Math.round(ms + Math.random() * ms / 4);
+        backoff = Math.min(backoff * 2, RETRY_MAX_MS);
+        root.setAttribute("data-live", "retry");
+        root.setAttribute("data-live-retry-ms", String(delay));
+        window.setTimeout(connect, delay);
+      }
+      fetch("/api/events", { method: "HEAD", credentials: "same-origin", cache: "no-store" })
+        .then(function (r) {
+          if (r.status === 401 || r.status === 403) { return; }  // signed out: no live updates
+          var said = parseInt(r.headers.get("Retry-After") || "", 10);
+          wait(Math.max(backoff, said > 0 ? Math.min(said * 1000, RETRY_MAX_MS) : 0));
+        }, function () { wait(backoff); });
+    }
+    connect();
   });
 })();
