@@ -4,6 +4,7 @@ the same per-run guarantees (contiguous checkpoints, fencing) as committing one 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -349,5 +350,38 @@ def test_a_later_commit_after_a_stale_one_in_the_batch_is_said_stale(store_url: 
         assert [c.seq for c in st.checkpoints(a.run_id)] == [0]
         assert [c.seq for c in st.checkpoints(b.run_id)] == [0]
         assert new != old
+    finally:
+        st.close()
+
+
+def test_a_commit_closing_a_request_beside_rejected_digests_dates_it_now(
+    store_url: str,
+) -> None:
+    """A commit that closes a pending request (a cancel's, a rollback's) and writes rejected
+    digests: the loop over the digests reused the name of the store's time, so the request was
+    recorded decided at the digests' cycle (``decided_at`` 3: 1970) instead of now
+    (review51a). One commit alone and in a batch (a close goes commit by commit)."""
+    from loopwright.store import ClosedApproval, NewApproval
+
+    a, b = _two_runs(store_url)
+    st = open_store(store_url)
+    try:
+        for n, rec in enumerate((a, b)):
+            token = st.acquire_lease(rec.run_id, f"x:1:{n}", 60)
+            state = st.latest_checkpoint(rec.run_id).state
+            ask = NewApproval(f"ap-{n}", 0, "risk", "r", "pay", "why", {}, None, "h", None)
+            parked = _commit_of(rec.run_id, token, state, 1, {"status": "awaiting_approval"})
+            assert st.commit_many([replace(parked, approvals=[ask])]) == [False]
+            close = ClosedApproval(f"ap-{n}", "ana", "cancelled")
+            req = replace(
+                _commit_of(rec.run_id, token, state, 2, {"status": "cancelled"}),
+                rejected=[("d" * 64, 3)],
+                closes=[close],
+            )
+            assert (st.commit_request(req) if n == 0 else st.commit_many([req])[0]) is False
+            (got,) = st.approvals(run_id=rec.run_id)
+            assert got.status == "cancelled" and got.decided_by == "ana"
+            # (on the store's clock, as the request's time: not before it was asked)
+            assert got.decided_at is not None and got.decided_at >= got.requested_at, got
     finally:
         st.close()

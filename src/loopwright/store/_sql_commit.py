@@ -258,8 +258,10 @@ class CommitSQL(ReadsSQL):
             self._forget_rejected_in(conn, run_id, it.forget_rejected_after, ())
         if it.rejected:
             rejected = []
-            for digest, at in it.rejected:  # (a loop: no comprehension a cycle)
-                rejected.append((run_id, digest, at))
+            # (``at`` is the store's time, which the requests it closes below are decided at:
+            # named so here, it was the last digest's cycle, and a cancel dated them 1970)
+            for digest, cycle in it.rejected:  # (a loop: no comprehension a cycle)
+                rejected.append((run_id, digest, cycle))
             self._executemany(conn, q.insert_rejected, rejected)
         if it.cleared:
             self._executemany(conn, q.clear_journal, [journal_key(run_id, k) for k in it.cleared])
