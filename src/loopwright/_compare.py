@@ -30,11 +30,25 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def merge_contract(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
     """``base`` with ``changes`` laid over it table by table (a ``null`` clears a key; lists,
-    such as the risk rules, are replaced whole)."""
+    such as the risk rules, are replaced whole).
+
+    A ``budget.max_cycles`` the changes set (a number, or ``null``) is the person's: the base's
+    mark of the engine's default ceiling (``budget.max_cycles_default``, a run's snapshot) is
+    dropped with it. Kept, a ``max_cycles = 1000`` written beside a time budget or a
+    no_progress rule read as the default ceiling that rule replaces, and the fork ran without
+    the cap its author set (999 was kept)."""
+    out = _laid_over(base, changes)
+    budget, given = out.get("budget"), changes.get("budget")
+    if isinstance(budget, dict) and isinstance(given, Mapping) and "max_cycles" in given:
+        budget.pop("max_cycles_default", None)
+    return out
+
+
+def _laid_over(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(dict(base))
     for key, value in changes.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = merge_contract(out[key], value)
+            out[key] = _laid_over(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
     return out
@@ -47,11 +61,7 @@ def lay_over(snapshot: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[st
     with the number it marked, as a 1,000 a person writes is never marked; a fork is given
     the ceiling again where its contract still wants it (``Contract.with_default_ceiling``).
     Kept, the mark of a ``max_cycles = 1000`` written beside another exit dropped that cap."""
-    out = merge_contract(snapshot, changes)
-    budget, merged = changes.get("budget"), out.get("budget")
-    if isinstance(budget, Mapping) and "max_cycles" in budget and isinstance(merged, dict):
-        merged.pop("max_cycles_default", None)
-    return out
+    return merge_contract(snapshot, changes)  # (which takes the mark away)
 
 
 def contract_changes(

@@ -226,6 +226,10 @@ def unanswerable(contract: Contract, state: TaskState, cycle: Usage) -> str | No
     after = TaskState(
         task=state.task,
         cycle=state.cycle + 1,
+        # (the check-only cycles the cap does not count, ``counted_cycles``: left out, a
+        # question after an edit judged beside an answer was refused with a cycle left, which
+        # ``remaining`` had shown the actor; review51a)
+        answer_checks=state.answer_checks,
         stall=state.stall,
         paid_cycles=counted_cycle(state.paid_cycles, cycle),
     )

@@ -188,3 +188,42 @@ def test_the_cli_edit_beside_a_request_says_it_too(url: str, capsys: Any) -> Non
     assert main(args) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "judged only once the budget allows" in out and "approved or denied" in out, out
+
+
+def test_a_question_after_a_check_only_cycle_is_asked_while_a_cycle_is_left(url: str) -> None:
+    """``max_cycles = 3``: cycle 1 asks, a person answers and edits beside it, cycle 2 judges
+    the edit (check-only, not counted: ``answer_checks``), cycle 3's actor reads the answer and
+    asks again. Two counted cycles: a cycle is left to read the new answer, and the actor is
+    told so (``ctx.remaining.cycles`` 2). ``unanswerable`` counted the check-only cycle (its
+    state left ``answer_checks`` out): the question was never put, and the run stopped on
+    ``budget_cycles`` saying no cycle could read its answer (review51a)."""
+    calls, answers = Calls(), list[Any]()
+    base = make_loop(calls, max_cycles=3)
+    left: list[int | None] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        left.append(ctx.remaining.cycles)
+        if len(left) <= 2:  # cycle 1, then the first actor cycle after the answer
+            calls.actor.append(ctx.cycle)
+            answers.extend(n.get("answer") for n in ctx.notes if n.get("kind") == "answer")
+            return lw.Proposal(question=lw.Question(f"which b? ({ctx.cycle})"))
+        return base.actor(ctx)  # type: ignore[no-any-return]
+
+    loop = dataclasses.replace(base, actor=actor)
+    with lw.Runtime(url) as rt:
+        run_id = _answered_and_edited(rt, loop)
+        r = rt.resume_sync(run_id, loop)
+        decisions = [(c["cycle"], c["decision"], c.get("check_only")) for c in _records(rt, run_id)]
+        assert decisions[:2] == [(1, "asked", None), (2, "revise", True)], decisions
+        assert calls.actor == [1, 3] and answers == ["the good one"] and left == [3, 2]
+        assert r.status == "awaiting_approval", (r.status, r.stop_reason, r.packet)
+        [asked] = rt.store.approvals(run_id=run_id, status="pending")
+        assert asked.what == "which b? (3)"
+        # the cycle left reads it; replay of the run decides as the engine did
+        rt.answer(run_id, "still the good one", by="ana")
+        r = rt.resume_sync(run_id, loop)
+        assert calls.actor == [1, 3, 4] and left == [3, 2, 1]
+        assert (r.stop_reason, r.cycles) == ("budget_cycles", 4)
+        [recorded] = list(traces_from_store(rt.store))
+        out = simulate(recorded, loop.contract)
+        assert (out.reason, out.cycles) == ("budget_cycles", 4)

@@ -6,7 +6,9 @@ one, whatever the number of runs (before: every run read, all at once)."""
 
 from __future__ import annotations
 
+import errno
 import gc
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ import loopwright.replay._fit as fit_mod
 import loopwright.replay._fit_score as fit_score
 import loopwright.replay._report as report_mod
 import loopwright.replay._spill as spill
-from loopwright import Contract
+from loopwright import ConfigError, Contract
 from loopwright.cli import main
 from loopwright.replay import (
     Call,
@@ -200,3 +202,38 @@ def test_a_bad_run_late_in_the_file_leaves_save_traces_as_it_was(
         "runs.jsonl",
         "saved.jsonl",
     ]
+
+
+class _FullDisk(io.BytesIO):
+    """A temporary file on a disk with no room left."""
+
+    def write(self, data: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _no_temp_folder(*args: Any, **kwargs: Any) -> Any:
+    raise FileNotFoundError(errno.ENOENT, "No usable temporary directory found")
+
+
+@pytest.mark.parametrize("made", [_FullDisk, _no_temp_folder], ids=["disk-full", "no-folder"])
+def test_a_spill_that_cannot_be_written_is_said_naming_tmpdir(
+    runs_file: Path,
+    made: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """fit-stop keeps runs past ``HELD_CYCLES`` cycles in a temporary file: a full disk, or
+    no temporary folder that can be written, was ``internal error: OSError`` (exit 1); it is
+    said, naming where and TMPDIR (review51a). The Python API gets the ``ConfigError``."""
+    monkeypatch.setattr(spill, "HELD_CYCLES", 0, raising=False)
+    monkeypatch.setattr(spill.tempfile, "TemporaryFile", made)
+    if made is _no_temp_folder:
+        monkeypatch.setattr(spill.tempfile, "gettempdir", _no_temp_folder)
+    assert main(["fit-stop", str(runs_file), "--folds", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "internal error" not in err
+    assert "TMPDIR" in err and "could not be written" in err, err
+    if made is _FullDisk:
+        assert "No space left on device" in err and "a temporary file in " in err
+    with pytest.raises(ConfigError, match="TMPDIR"):
+        spill.SpilledRuns(iter_source(runs_file), held_cycles=0)

@@ -4,6 +4,7 @@ the same per-run guarantees (contiguous checkpoints, fencing) as committing one 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,15 @@ def _commit_of(
     )  # fmt: skip
 
 
+def _two_runs(store_url: str) -> tuple[lw.RunRecord, lw.RunRecord]:
+    """Runs ``a`` and ``b`` of ``_loop()``, created (checkpoint 0 each), no lease held."""
+    loop = _loop()
+    with lw.Runtime(store_url) as rt:
+        a, _ = rt.create(loop, _tasks(1)[0], task_key="a")
+        b, _ = rt.create(loop, _tasks(1)[0], task_key="b")
+    return a, b
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
@@ -99,10 +109,7 @@ def test_grouped_runs_end_as_runs_committed_one_by_one(store_url: str, tmp_path:
 
 
 def test_a_stale_commit_in_a_batch_fails_alone(store_url: str) -> None:
-    loop = _loop()
-    with lw.Runtime(store_url) as rt:
-        a, _ = rt.create(loop, _tasks(1)[0], task_key="a")
-        b, _ = rt.create(loop, _tasks(1)[0], task_key="b")
+    a, b = _two_runs(store_url)
     st = open_store(store_url)
     try:
         ta = st.acquire_lease(a.run_id, "x:1:a", 60)
@@ -252,10 +259,7 @@ def test_a_later_commit_of_a_run_whose_earlier_one_failed_in_the_batch_is_not_wr
     two commits of one run. The later one is a delta on the earlier: if the earlier is refused
     alone (slow path, one savepoint a commit), writing the later would leave a checkpoint
     chain with a hole (review50a). The other run's commit is still written."""
-    loop = _loop()
-    with lw.Runtime(store_url) as rt:
-        a, _ = rt.create(loop, _tasks(1)[0], task_key="a")
-        b, _ = rt.create(loop, _tasks(1)[0], task_key="b")
+    a, b = _two_runs(store_url)
     st = open_store(store_url)
     try:
         ta = st.acquire_lease(a.run_id, "x:1:a", 60)
@@ -304,5 +308,80 @@ def test_a_commit_under_a_new_token_is_written_after_a_fenced_one_in_the_batch(
         assert isinstance(out[0], lw.StaleLeaseError)
         assert out[1] is False
         assert [c.seq for c in st.checkpoints(a.run_id)] == [0, 1]
+    finally:
+        st.close()
+
+
+def test_a_later_commit_after_a_stale_one_in_the_batch_is_said_stale(store_url: str) -> None:
+    """A fenced executor's two commits of one run in one batch (slow path: the run is there
+    twice). Alone, the second is a ``StaleLeaseError``; after the first it was a plain
+    ``StoreError``, and the run waits on its newest commit only: the engine took it for a
+    failure of its own (it tried to end the run as failed) and a worker recorded
+    ``worker_skipped`` on a run another worker drives, counted skipped, not lost (review51a).
+    A later commit after a refusal that is not a stale token stays a plain ``StoreError``."""
+    a, b = _two_runs(store_url)
+    st = open_store(store_url)
+    try:
+        old = st.acquire_lease(a.run_id, "x:1:a", 60)
+        st.release_lease(a.run_id, old)
+        new = st.acquire_lease(a.run_id, "x:2:a", 60)
+        tb = st.acquire_lease(b.run_id, "x:1:b", 60)
+        state = st.latest_checkpoint(a.run_id).state
+        alone = st.commit_many([_commit_of(a.run_id, old, state, 2)])
+        assert isinstance(alone[0], lw.StaleLeaseError)
+
+        bad = {"status": "running", "no_such_column": 1}
+        out = st.commit_many(
+            [
+                _commit_of(a.run_id, old, state, 1),
+                _commit_of(a.run_id, old, state, 2),
+                _commit_of(b.run_id, tb, state, 1, bad),
+                _commit_of(b.run_id, tb, state, 2),
+            ]
+        )
+        assert [type(o) for o in out] == [
+            lw.StaleLeaseError,
+            lw.StaleLeaseError,
+            lw.StoreError,
+            lw.StoreError,
+        ], out
+        assert "earlier commit" in str(out[1]) and f"token {old} is stale" in str(out[1])
+        assert "earlier commit" in str(out[3])
+        assert [c.seq for c in st.checkpoints(a.run_id)] == [0]
+        assert [c.seq for c in st.checkpoints(b.run_id)] == [0]
+        assert new != old
+    finally:
+        st.close()
+
+
+def test_a_commit_closing_a_request_beside_rejected_digests_dates_it_now(
+    store_url: str,
+) -> None:
+    """A commit that closes a pending request (a cancel's, a rollback's) and writes rejected
+    digests: the loop over the digests reused the name of the store's time, so the request was
+    recorded decided at the digests' cycle (``decided_at`` 3: 1970) instead of now
+    (review51a). One commit alone and in a batch (a close goes commit by commit)."""
+    from loopwright.store import ClosedApproval, NewApproval
+
+    a, b = _two_runs(store_url)
+    st = open_store(store_url)
+    try:
+        for n, rec in enumerate((a, b)):
+            token = st.acquire_lease(rec.run_id, f"x:1:{n}", 60)
+            state = st.latest_checkpoint(rec.run_id).state
+            ask = NewApproval(f"ap-{n}", 0, "risk", "r", "pay", "why", {}, None, "h", None)
+            parked = _commit_of(rec.run_id, token, state, 1, {"status": "awaiting_approval"})
+            assert st.commit_many([replace(parked, approvals=[ask])]) == [False]
+            close = ClosedApproval(f"ap-{n}", "ana", "cancelled")
+            req = replace(
+                _commit_of(rec.run_id, token, state, 2, {"status": "cancelled"}),
+                rejected=[("d" * 64, 3)],
+                closes=[close],
+            )
+            assert (st.commit_request(req) if n == 0 else st.commit_many([req])[0]) is False
+            (got,) = st.approvals(run_id=rec.run_id)
+            assert got.status == "cancelled" and got.decided_by == "ana"
+            # (on the store's clock, as the request's time: not before it was asked)
+            assert got.decided_at is not None and got.decided_at >= got.requested_at, got
     finally:
         st.close()

@@ -405,6 +405,43 @@ def test_rerun_from_the_page_starts_the_new_run(parked_client: tuple[TestClient,
     assert rec.contract["budget"].get("max_cost_usd") is None
 
 
+def test_a_rerun_of_a_spend_only_run_keeps_a_cap_of_1000_a_person_set(
+    parked_client: tuple[TestClient, str, str],
+) -> None:
+    """The API's rerun with ``max_cycles: 1000`` beside ``max_seconds`` over a run given the
+    default ceiling: the person's cap was read as the ceiling the time budget replaces and
+    dropped (the new run had no cycle cap). The page's form shows the ceiling as an empty box
+    and sends back only what a person changed (review51a, stall51)."""
+    c, run_id, store = parked_client
+    with lw.Runtime(store) as rt:
+        spend = rt.fork(run_id, 0, contract=lw.Contract(budget=lw.Budget(max_cost_usd=5.0)))
+    assert spend.contract["budget"]["max_cycles_default"] is True
+    csrf = _sign_in(c)
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    r = c.post(
+        f"/api/runs/{spend.run_id}/rerun",
+        json={"contract": {"budget": {"max_cycles": 1000, "max_seconds": 60}}, "start": False},
+        headers=bearer,
+    )
+    assert r.status_code == 200, r.text
+    budget = open_store(store).get_run(r.json()["run"]["run_id"]).contract["budget"]
+    assert (budget["max_cycles"], budget["max_seconds"]) == (1000, 60)
+    assert "max_cycles_default" not in budget
+    # the form shows the ceiling as an empty box: sent back as shown, the money changed, the
+    # new run has the default ceiling again; a 1000 typed in is the person's own cap
+    for typed, marked in (("", True), ("1000", False)):
+        r = c.post(
+            f"/runs/{spend.run_id}/rerun",
+            data={"csrf": csrf, "max_cycles": typed, "max_cost_usd": "2.5", "max_tokens": ""},
+            follow_redirects=False,
+        )
+        assert r.status_code == 303, r.text
+        new = r.headers["location"].split("/runs/")[1].split("?")[0]
+        budget = open_store(store).get_run(new).contract["budget"]
+        assert (budget["max_cycles"], budget["max_cost_usd"]) == (1000, 2.5)
+        assert budget.get("max_cycles_default", False) is marked
+
+
 # --- comparison ------------------------------------------------------------------------------
 def test_compare_page_and_api(parked_client: tuple[TestClient, str, str]) -> None:
     c, run_id, store = parked_client

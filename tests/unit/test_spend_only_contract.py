@@ -127,6 +127,30 @@ def test_a_default_ceiling_gives_way_to_an_exit_the_author_chose() -> None:
         lw.Budget(max_cycles=1000, max_cycles_default="yes")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    "beside",
+    [{}, {"max_seconds": 60}, {"max_cost_usd": 0.25}],
+    ids=["alone", "time-budget", "money-changed"],
+)
+def test_a_cap_of_1000_laid_over_the_default_ceiling_is_the_authors(
+    beside: dict[str, float],
+) -> None:
+    """``loopwright fork --contract``, a rerun in the API: a ``max_cycles = 1000`` the person
+    wrote over a spend-only run's snapshot kept the snapshot's mark of the default ceiling, so
+    beside a time budget the fork's ``with_default_ceiling`` dropped it as the ceiling the new
+    exit replaces: the fork ran with no cycle cap (999 was kept). Stop 51, review51a."""
+    snap = lw.Contract(budget=lw.Budget(max_cost_usd=0.5)).with_default_ceiling().to_dict()
+    for cap in (999, 1000, 1001):
+        laid = merge_contract(snap, {"budget": {"max_cycles": cap, **beside}})
+        given = lw.Contract.from_dict(laid).with_default_ceiling()
+        b = given.budget
+        assert (b.max_cycles, b.max_cycles_default) == (cap, False), (cap, b)
+        assert "max_cycles_default" not in given.to_dict()["budget"]
+    # changes that leave max_cycles alone leave the mark: the ceiling stays the default
+    kept = lw.Contract.from_dict(merge_contract(snap, {"budget": {"max_cost_usd": 0.25}}))
+    assert (kept.budget.max_cycles, kept.budget.max_cycles_default) == (1000, True)
+
+
 def test_a_stop_at_the_default_ceiling_says_so_and_what_to_set() -> None:
     given = _loop(lw.Contract(budget=lw.Budget(max_cost_usd=0.5))).contract
     state = lw.TaskState(task={})

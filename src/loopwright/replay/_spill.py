@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import fields
 from typing import IO, Any
 
+from .._errors import ConfigError
 from ._format import Call, CycleTrace, RunTrace
 
 __all__ = ["SpilledRuns"]
@@ -56,17 +57,37 @@ class SpilledRuns:
                 if self._fh is None and cycles <= budget:
                     self._held.append(t)
                 else:
-                    if self._fh is None:
-                        self._fh = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
-                    out = pickle.Pickler(self._fh, protocol=pickle.HIGHEST_PROTOCOL)
-                    out.dispatch_table = _BY_CONSTRUCTOR  # (one memo a run: none kept across)
-                    out.dump(t)
-                    self._n += 1
+                    self._spill(t, budget)
             if self._fh is not None:
-                self._fh.flush()
+                self._spill(None, budget)
         except BaseException:
             self.close()
             raise
+
+    def _spill(self, t: RunTrace | None, budget: int) -> None:
+        """``t`` written to the file (made at the first); ``None``: what is written flushed. A
+        folder or disk that cannot take it is said, naming the folder (a full disk was an
+        internal ``OSError``)."""
+        try:
+            if self._fh is None:
+                self._fh = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+            if t is None:
+                self._fh.flush()
+                return
+            out = pickle.Pickler(self._fh, protocol=pickle.HIGHEST_PROTOCOL)
+            out.dispatch_table = _BY_CONSTRUCTOR  # (one memo a run: none kept across)
+            out.dump(t)
+            self._n += 1
+        except OSError as exc:
+            try:
+                where = f"a temporary file in {tempfile.gettempdir()}"
+            except OSError:  # (no folder of TMPDIR, TEMP, TMP, /tmp, ... could be written)
+                where = "a temporary file, in no folder that could be written"
+            raise ConfigError(
+                f"the runs read past {budget:,} cycles are kept in {where}, which could not "
+                f"be written: {exc.strerror or exc}; set TMPDIR to a folder with room",
+                field="TMPDIR",
+            ) from None
 
     @property
     def spilled(self) -> int:

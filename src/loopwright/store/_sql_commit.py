@@ -141,22 +141,22 @@ class CommitSQL(ReadsSQL):
         # later are not written (written, they would leave a hole in the run's checkpoint
         # chain). Another token is another executor's (one that took the run over from a
         # fenced one): its commits build on what the store holds, not on the failed one.
-        failed_runs: set[tuple[str, int]] = set()
+        # A run waits on its newest commit only: one after a stale one is stale too, and said
+        # so (a plain StoreError sent the fenced executor down its failure path: it tried to
+        # end the run as failed, and a worker recorded worker_skipped on a run another worker
+        # now drives, counting it skipped, not lost).
+        failed_runs: dict[tuple[str, int], StoreError] = {}
         with self._tx() as conn:
             for it in items:
-                if (it.run_id, it.token) in failed_runs:
-                    out.append(
-                        StoreError(
-                            f"run {it.run_id}: commit of checkpoint {it.seq} not written: an "
-                            "earlier commit of this run in the same batch failed"
-                        )
-                    )
+                first = failed_runs.get((it.run_id, it.token))
+                if first is not None:
+                    out.append(_after_failed(it, first))
                     continue
                 try:
                     with self._savepoint(conn):
                         ok = self._commit_in(conn, it, self._run_cols(it.run, it.seq), now)
                 except StoreError as exc:  # rolled back to its savepoint; the others go on
-                    failed_runs.add((it.run_id, it.token))
+                    failed_runs[(it.run_id, it.token)] = exc
                     out.append(exc)
                     continue
                 except Exception as exc:
@@ -164,7 +164,7 @@ class CommitSQL(ReadsSQL):
                         f"run {it.run_id}: commit failed: {exc}"
                     )
                     failed.__cause__ = exc
-                    failed_runs.add((it.run_id, it.token))
+                    failed_runs[(it.run_id, it.token)] = failed
                     out.append(failed)
                     continue
                 out.append(ok)
@@ -258,8 +258,10 @@ class CommitSQL(ReadsSQL):
             self._forget_rejected_in(conn, run_id, it.forget_rejected_after, ())
         if it.rejected:
             rejected = []
-            for digest, at in it.rejected:  # (a loop: no comprehension a cycle)
-                rejected.append((run_id, digest, at))
+            # (``at`` is the store's time, which the requests it closes below are decided at:
+            # named so here, it was the last digest's cycle, and a cancel dated them 1970)
+            for digest, cycle in it.rejected:  # (a loop: no comprehension a cycle)
+                rejected.append((run_id, digest, cycle))
             self._executemany(conn, q.insert_rejected, rejected)
         if it.cleared:
             self._executemany(conn, q.clear_journal, [journal_key(run_id, k) for k in it.cleared])
@@ -273,6 +275,18 @@ class CommitSQL(ReadsSQL):
                     decided_event(self._approval(row), c.by, c.note, None, now, js),
                 )
         return bool(flag[0])
+
+
+def _after_failed(it: CommitRequest, first: StoreError) -> StoreError:
+    """The refusal of a commit not written because an earlier one of its run under the same
+    lease token failed in the batch: stale, as the earlier was, when its token was."""
+    said = (
+        f"run {it.run_id}: commit of checkpoint {it.seq} not written: an earlier commit of "
+        "this run in the same batch failed"
+    )
+    if isinstance(first, StaleLeaseError):
+        return StaleLeaseError(f"{said} (fencing token {it.token} is stale)")
+    return StoreError(said)
 
 
 def _event_rows(

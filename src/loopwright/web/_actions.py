@@ -254,14 +254,21 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
             "max_tokens": max_tokens,
             "max_seconds": max_seconds,
         }
+        shown = dict((get(run_id).contract or {}).get("budget") or {})
+        if shown.pop("max_cycles_default", False):
+            shown["max_cycles"] = None  # the default ceiling is shown as an empty box
         budget: dict[str, Any] = {}
         for name, raw in given.items():
             raw = raw.strip()
             try:
-                budget[name] = BUDGET_FIELDS[name](raw) if raw else None  # empty: no limit
+                value = BUDGET_FIELDS[name](raw) if raw else None  # empty: no limit
             except ValueError:
                 what = "a whole number" if BUDGET_FIELDS[name] is int else "a number"
                 raise HTTPException(400, f"{name} must be {what}, not {raw!r}") from None
+            if value != shown.get(name):
+                # (a field sent back as the page showed it is no change: the default ceiling
+                # shown as max_cycles stays the engine's, not a cap the person set)
+                budget[name] = value
         new, msg, _ = rerun(
             run_id,
             _form_int(at_cycle, "at_cycle"),
