@@ -15,7 +15,8 @@ listed in ``NO_RUN`` below, so adding one means changing this test):
 * ``<!-- snippet: after-demo -->`` — the file's blocks run after ``loopwright demo`` filled the
   default store, as in the README's quick start.
 
-Also checked: every ```toml block parses; every ``loopwright …`` command in a console or bash
+Also checked: every ```python block that parses passes ``mypy --strict``; every ```toml block
+parses; every ``loopwright …`` command in a console or bash
 block, or inline in prose, names subcommands that exist (``--help`` exits 0) and options they take; the tables of docs/concepts.md list
 exactly the package's stop reasons, metrics and feedback signals.
 """
