@@ -460,3 +460,39 @@ def test_the_fixed_rules_of_the_fit_stop_example_are_what_replay_gives() -> None
         assert kept == f"{n / ref_held:.1%}"[:-1]
         assert saved == f"{1 - sum(o.cycles for o in outs) / ref_cycles:.1%}"[:-1], f"w={w}"
         assert spend == f"{1 - sum(o.cost_usd for o in outs) / ref_cost:.1%}"[:-1], f"w={w}"
+
+
+def test_the_metrics_json_example_is_the_demos(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/metrics.md says its JSON is "the demo workload right after `loopwright demo`": it
+    still showed 25 runs and $2.089 after the demo grew to 26 invoices ($2.129). Every figure
+    it shows is compared, rounded as it is written, but for the times (the machine's)."""
+    from loopwright.cli import main
+
+    store = str(tmp_path / "demo.db")
+    assert main(["demo", "--store", store]) == 0
+    capsys.readouterr()
+    assert main(["metrics", "--store", store, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    [example] = [b for b in ALL if b.page == "docs/metrics.md" and b.lang == "json"]
+    shown = json.loads(example.code)
+    bad = []
+    for key, value in shown.items():
+        if key in ("selection", "time_to_accepted_s", "approval_wait_s", "undefined"):
+            continue
+        if isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k != "..."}
+            mine = {k: got[key][k] for k in value}
+            if key == "basis":
+                mine = {k: list(v) for k, v in mine.items()}
+        elif isinstance(value, float) and got[key] is not None:
+            places = len(repr(value).split(".")[1])
+            mine = round(got[key], places)
+        else:
+            mine = got[key]
+        if mine != value:
+            bad.append(f"{key}: the page shows {value!r}, the demo gives {mine!r}")
+    assert got["selection"] == shown["selection"]
+    assert set(got["undefined"]) == set(shown["undefined"])
+    assert not bad, "\n".join(bad)
