@@ -10,8 +10,10 @@ The loop spec (``loop.toml``) names these objects:
   the actor.
 * ``hidden_tests`` — the benchmark's hidden ``check(candidate)`` tests, 10 s (CPU) as in LDB's
   final evaluation; held out: recorded beside the visible verdict, never shown to the actor.
-* ``init`` — builds the initial state from a task produced by ``loopwright import ldb`` or,
-  directly, from a raw LDB record.
+* ``init`` — builds the initial state from a task produced by ``loopwright import ldb`` (or
+  ``loopwright.importers.read_ldb``). A raw LDB record is refused, naming the import: the
+  checks read the task as given (a run's task is never what ``init`` makes of it), and a raw
+  record holds no ``visible_tests``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from typing import Any
 
 import loopwright as lw
 from loopwright.actors import ReplayActor
-from loopwright.importers import convert_record
 from loopwright.verifiers import CommandVerifier
 
 actor = ReplayActor(attempts_key="recorded.attempts", artifact="program", part="code")
@@ -34,5 +35,9 @@ hidden_tests = CommandVerifier(tests_key="held_out.tests", test_timeout_s=10.0, 
 def init(task: Mapping[str, Any]) -> lw.TaskState:
     """The initial state: the program artifact holds the seed; the task keeps everything else."""
     if "implementations" in task and "artifacts" not in task:  # a raw LDB record
-        task = convert_record(task)
+        raise lw.ConfigError(
+            "this is a raw LDB record, not a task: turn the file into tasks first, "
+            "`loopwright import ldb FILE --out .loopwright/ldb-tasks.jsonl`",
+            field="task",
+        )
     return lw.TaskState.from_task(task, task_key=str(task.get("task_key", "")))

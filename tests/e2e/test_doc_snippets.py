@@ -15,7 +15,8 @@ listed in ``NO_RUN`` below, so adding one means changing this test):
 * ``<!-- snippet: after-demo -->`` — the file's blocks run after ``loopwright demo`` filled the
   default store, as in the README's quick start.
 
-Also checked: every ```toml block parses; every ``loopwright …`` command in a console or bash
+Also checked: every ```python block that parses passes ``mypy --strict``; every ```toml block
+parses; every ``loopwright …`` command in a console or bash
 block, or inline in prose, names subcommands that exist (``--help`` exits 0) and options they take; the tables of docs/concepts.md list
 exactly the package's stop reasons, metrics and feedback signals.
 """
@@ -185,6 +186,53 @@ def test_no_run_snippets_are_marked_and_few() -> None:
     assert len(PYTHON) - len(skipped) >= 8  # the pages' examples really are executed
     unknown = {b.marker for b in ALL} - {None, "no-run", "after-demo"}
     assert not unknown, f"unknown snippet markers {unknown}"
+
+
+#: A page's later block may use an earlier one's names: those are not checked alone (running
+#: the page is). The first line of each snippet's module, so a module line L is block line L-1.
+NAMES_FROM_EARLIER = "# mypy: disable-error-code=name-defined"
+
+
+@pytest.mark.timeout(TIMEOUT_S)  # mypy reads the whole package in a cold cache
+def test_python_snippets_pass_mypy_strict(tmp_path: Path) -> None:
+    """Readers type-check what they paste (`mypy --strict`, as the package is): every python
+    block that parses, each as its own module. A bare ``headers: dict`` and an
+    untyped helper had been written in blocks that ran."""
+    pytest.importorskip("mypy")
+    import ast
+
+    files: list[Path] = []
+    blocks_of: dict[str, Block] = {}
+    for n, b in enumerate(PYTHON):
+        try:
+            ast.parse(b.code)
+        except SyntaxError:
+            assert b.marker == "no-run", f"{b.where}: does not parse"
+            continue  # a signature shown as such
+        f = tmp_path / f"snippet_{n:03d}.py"
+        f.write_text(f"{NAMES_FROM_EARLIER}\n{b.code}", encoding="utf-8")
+        files.append(f)
+        blocks_of[f.name] = b
+    assert len(files) >= 10
+    # The package's own settings (pyproject.toml) and cache: `make test` has just type-checked
+    # the package with them, so only the snippets are read here.
+    r = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
+         "--no-error-summary", "--hide-error-context", *map(str, files)],
+        check=False,
+        cwd=ROOT,
+        env={**os.environ, "MYPYPATH": str(ROOT / "src")},  # this checkout's package
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )  # fmt: skip
+
+    def at(m: re.Match[str]) -> str:  # the markdown file's line (the module's first is a comment)
+        page, line = blocks_of[m[1]].page, blocks_of[m[1]].line
+        return f"{page}:{line + int(m[2]) - 2}"
+
+    errors = re.sub(r"\S*(snippet_\d+\.py):(\d+)", at, r.stdout)
+    assert r.returncode == 0, errors + r.stderr[-2000:]
 
 
 def test_toml_snippets_parse() -> None:
@@ -417,3 +465,39 @@ def test_the_fixed_rules_of_the_fit_stop_example_are_what_replay_gives() -> None
         assert kept == f"{n / ref_held:.1%}"[:-1]
         assert saved == f"{1 - sum(o.cycles for o in outs) / ref_cycles:.1%}"[:-1], f"w={w}"
         assert spend == f"{1 - sum(o.cost_usd for o in outs) / ref_cost:.1%}"[:-1], f"w={w}"
+
+
+def test_the_metrics_json_example_is_the_demos(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/metrics.md says its JSON is "the demo workload right after `loopwright demo`": it
+    still showed 25 runs and $2.089 after the demo grew to 26 invoices ($2.129). Every figure
+    it shows is compared, rounded as it is written, but for the times (the machine's)."""
+    from loopwright.cli import main
+
+    store = str(tmp_path / "demo.db")
+    assert main(["demo", "--store", store]) == 0
+    capsys.readouterr()
+    assert main(["metrics", "--store", store, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    [example] = [b for b in ALL if b.page == "docs/metrics.md" and b.lang == "json"]
+    shown = json.loads(example.code)
+    bad = []
+    for key, value in shown.items():
+        if key in ("selection", "time_to_accepted_s", "approval_wait_s", "undefined"):
+            continue
+        if isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k != "..."}
+            mine = {k: got[key][k] for k in value}
+            if key == "basis":
+                mine = {k: list(v) for k, v in mine.items()}
+        elif isinstance(value, float) and got[key] is not None:
+            places = len(repr(value).split(".")[1])
+            mine = round(got[key], places)
+        else:
+            mine = got[key]
+        if mine != value:
+            bad.append(f"{key}: the page shows {value!r}, the demo gives {mine!r}")
+    assert got["selection"] == shown["selection"]
+    assert set(got["undefined"]) == set(shown["undefined"])
+    assert not bad, "\n".join(bad)

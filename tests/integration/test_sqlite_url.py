@@ -108,3 +108,21 @@ def test_a_read_command_names_the_file_the_url_named_before_decoding(
     assert main(["runs", "--store", f"sqlite:///{tmp_path}/a%20b.db"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "no store at" not in err and "a%20b.db' does" in err and "plain file path" in err
+
+
+def test_open_store_takes_a_path_as_runtime_does(tmp_path: Path) -> None:
+    """``Runtime(Path(...))`` opened the store while ``open_store(Path(...))`` (and so
+    ``web.create_app(Path(...))``) raised ``TypeError: argument of type 'PosixPath' is not
+    iterable``; anything else that is no store name is a ``ConfigError`` naming ``store``."""
+    db = tmp_path / "s.db"
+    with lw.Runtime(db) as rt:
+        assert rt.store.list_runs() == []
+    st = open_store(db)
+    try:
+        assert st.list_runs() == []
+    finally:
+        st.close()
+    for wrong in (42, b"s.db", ["s.db"]):
+        with pytest.raises(lw.ConfigError, match="a path or a store URL") as info:
+            open_store(wrong)  # type: ignore[arg-type]
+        assert info.value.field == "store"

@@ -308,3 +308,24 @@ def test_the_tasks_file_is_written_masked(
         task = json.loads(text)
         assert "***" in task["artifacts"]["program"]["code"]
         assert task["artifacts"]["program"]["code"].startswith("def f(x):\n    k = '")
+
+
+def test_the_code_repair_example_refuses_a_raw_ldb_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``loopwright run examples/code_repair/loop.toml --tasks <an LDB results file>`` escalated
+    every task at its first check ("the task has no 'visible_tests'"): the example's ``init``
+    converted a raw record into its state, but a run's checks read the task as given. Now the
+    raw file is refused before any run is made, naming the import that turns it into tasks."""
+    from loopwright.cli import main
+
+    spec = Path(__file__).resolve().parents[2] / "examples" / "code_repair" / "loop.toml"
+    raw = tmp_path / "results.jsonl"
+    raw.write_text("\n".join(GPT35.read_text(encoding="utf-8").splitlines()[:2]) + "\n")
+    store = tmp_path / "s.db"
+    code = main(["run", str(spec), "--tasks", str(raw), "--store", str(store)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "loopwright import ldb" in err and "results.jsonl:1" in err
+    assert "Traceback" not in err
+    assert not store.exists()  # refused before the store, and any run, was made

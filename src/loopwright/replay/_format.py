@@ -79,10 +79,11 @@ TRACE_FORMAT = "loopwright.run-trace/1"
 
 
 def given_traces(traces: Iterable[RunTrace], *, field: str = "traces") -> list[RunTrace]:
-    """The recorded runs given to ``replay`` or ``fit_stop``, as a list (an iterator such as
-    ``traces_from_store``'s is read once: replay reads them once per contract, and a second
-    pass over a spent iterator judged each contract on no runs), each a ``RunTrace``; anything
-    else a ``ConfigError`` naming ``field``, not an ``AttributeError`` from the simulation."""
+    """The recorded runs given to ``fit_stop``, as a list (an iterator such as
+    ``traces_from_store``'s is read once: a fit reads the runs three times, and a second pass
+    over a spent iterator would judge on no runs), each a ``RunTrace``; anything else a
+    ``ConfigError`` naming ``field``, not an ``AttributeError`` from the simulation. ``replay``
+    reads its runs once, one at a time, and checks each so as it comes."""
     if isinstance(traces, str | bytes | Mapping) or not isinstance(traces, Iterable):
         raise ConfigError(
             f"must be recorded runs (RunTrace, from load_source or traces_from_store), "

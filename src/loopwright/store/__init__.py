@@ -195,8 +195,13 @@ def _written_path(parts: SplitResult) -> str:
     return parts.path[1:] if parts.path.startswith("/") else parts.path
 
 
-def open_store(url: str | None = None) -> Store:
-    """Open (creating if needed) the store named by ``url``."""
+def open_store(url: str | os.PathLike[str] | None = None) -> Store:
+    """Open (creating if needed) the store named by ``url``: a store URL or a path, as
+    ``Runtime`` takes it; anything else is a ``ConfigError`` naming ``store``."""
+    if isinstance(url, os.PathLike):
+        url = os.fspath(url)
+    if url is not None and not isinstance(url, str):
+        raise ConfigError(f"must be a path or a store URL, got {type(url).__name__}", field="store")
     url = resolve_store_url(url)
     if "://" not in url:
         from .sqlite import SQLiteStore

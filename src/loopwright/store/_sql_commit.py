@@ -116,8 +116,10 @@ class CommitSQL(ReadsSQL):
         then one ``executemany`` per table. A bad column set, a run twice in the batch, or a
         value the database refuses (a duplicate checkpoint or request, a number out of range)
         takes the slow path instead: one savepoint per commit, so each failure is its own
-        run's (and a run's later commits in the batch, deltas on the failed one, are not written). A failure of the database itself (locked, disk full, a lost connection) fails
-        the whole batch, as one transaction."""
+        run's (and a run's later commits in the batch under the same lease token, deltas on the
+        failed one, are not written; one under another token, a new executor's, is). A failure
+        of the database itself (locked, disk full, a lost connection) fails the whole batch, as
+        one transaction."""
         if not items:
             return []
         now = time.time()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -87,7 +88,7 @@ def _isotime(ts: float | None) -> str:
 
 
 def create_app(
-    store_url: str | None,
+    store_url: str | os.PathLike[str] | None,
     *,
     token: str,
     identity: str = "operator",
@@ -151,7 +152,8 @@ def create_app(
     install_live(app, store, notify=notify, max_streams=max_streams)
     register_picture_routes(app, store)  # pictures kept as blobs (adapters.openai_images)
 
-    ctx = WebContext(app, store, store_url, auth, templates, Flash())
+    url = os.fspath(store_url) if isinstance(store_url, os.PathLike) else store_url
+    ctx = WebContext(app, store, url, auth, templates, Flash())
     install_refusals(app, ctx)  # a refusal's page for a browser, JSON for the API
     register_pages(app, ctx)
     register_sign_in(app, ctx)
