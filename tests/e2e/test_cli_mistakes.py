@@ -404,3 +404,15 @@ def test_loopwrights_own_names_are_not_a_person(project: Path, accepted: tuple[P
         "'loopwright'",
     )
     assert dump(store) == before
+
+
+def test_import_out_that_is_its_source(project: Path) -> None:
+    """`import ldb runs.jsonl --out runs.jsonl` replaced the recording with its tasks (exit 0;
+    outside probe, stop 51)."""
+    src = Path(__file__).resolve().parents[1] / "data" / "ldb" / "humaneval"
+    recording = (src / "reflexion" / "gpt-4o-2024-05-13.jsonl").read_bytes()
+    (project / "runs.jsonl").write_bytes(recording)
+    for out in ("runs.jsonl", "./runs.jsonl", str(project / "runs.jsonl")):
+        r = lw("import", "ldb", "runs.jsonl", "--out", out, cwd=project)
+        refused(r, "--out", "is the file being imported")
+        assert (project / "runs.jsonl").read_bytes() == recording

@@ -308,3 +308,20 @@ def test_the_tasks_file_is_written_masked(
         task = json.loads(text)
         assert "***" in task["artifacts"]["program"]["code"]
         assert task["artifacts"]["program"]["code"].startswith("def f(x):\n    k = '")
+
+
+def test_the_tasks_are_not_written_over_the_recording(tmp_path: Path) -> None:
+    """``--out`` naming the file being imported (by any name: a relative path, a link) wrote
+    the tasks over the recording, exit 0, the LDB file gone (outside probe, stop 51)."""
+    src = tmp_path / "runs.jsonl"
+    recording = json.dumps(record()) + "\n"
+    src.write_text(recording)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(src)
+    for out in (src, link, tmp_path / "." / "runs.jsonl"):
+        with pytest.raises(ConfigError, match="is the file being imported") as info:
+            import_ldb(src, out)
+        assert info.value.field == "path_out"
+        assert src.read_text() == recording
+    assert import_ldb(src, tmp_path / "tasks.jsonl") == 1  # another file is written as before
+    assert src.read_text() == recording

@@ -402,6 +402,21 @@ def read_ldb(
     ).tasks
 
 
+def check_not_source(path_in: str | Path, path_out: str | Path, field: str = "path_out") -> None:
+    """``ConfigError`` when ``path_out`` is ``path_in`` (the same file by any name: a link, a
+    relative path): the tasks would be written over the recording they were read from."""
+    try:
+        same = Path(path_out).exists() and Path(path_out).samefile(path_in)
+    except OSError:
+        return  # one of them cannot be read: reading or writing says so
+    if same:
+        raise ConfigError(
+            f"{path_out} is the file being imported: writing the tasks there would replace "
+            "the recording; name another file",
+            field=field,
+        )
+
+
 def import_ldb_report(
     path_in: str | Path,
     path_out: str | Path | IO[str],
@@ -416,6 +431,8 @@ def import_ldb_report(
     ``path_out`` may be a path or an open text stream. The whole input is validated before
     anything is written to a path, so a malformed line leaves no half-written output.
     """
+    if isinstance(path_out, str | Path):
+        check_not_source(path_in, path_out)
     report = read_ldb_report(path_in, label=label, usd_per_token=usd_per_token, rounds=rounds)
     # Masked as a run masks its task (invariant 9): a key in a recorded prompt or test would
     # otherwise sit in the tasks file until a run was made of it, or for good.
