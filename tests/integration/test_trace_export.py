@@ -809,6 +809,18 @@ def test_preference_pairs(world: World) -> None:
     assert h["chosen"]["proposal"]["edits"] == [{"artifact": "doc", "part": "b", "value": 2}]
 
 
+def test_a_run_named_twice_is_exported_once(world: World) -> None:
+    """``--run ID --run ID`` (or an id and a prefix of it) exported the run's case twice, in
+    silence: an eval set that counted it twice (outside probe, stop 51). Pairs were once."""
+    good, stuck = world.runs["good"], world.runs["stuck"]
+    with world.store() as st:
+        twice = [c["run_id"] for c in eval_cases(st, run_ids=["good", good, good[:10]])]
+        assert twice == [good]
+        once = preference_pairs(st, run_ids=["ok", "stuck"])
+        assert once  # the check below compares something
+        assert preference_pairs(st, run_ids=["ok", "stuck", stuck, "ok"]) == once
+
+
 def test_preference_pairs_bad_match(world: World) -> None:
     with world.store() as st, pytest.raises(lw.ConfigError, match="--match"):
         preference_pairs(st, match="nope")  # type: ignore[arg-type]
