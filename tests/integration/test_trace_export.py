@@ -398,6 +398,20 @@ def test_export_otlp_follows_no_redirect_and_sends_no_credentials_on(world: Worl
     assert "s3cret" not in str(err.value)
 
 
+def test_export_otlp_refuses_a_header_http_cannot_carry(world: World) -> None:
+    """A value with a line break was http.client's ValueError, its text the value (a key);
+    now a ConfigError naming the header, not its value, before anything is sent."""
+    for headers, said in (
+        ({"X-Key": "tok3nSECRET\r\nX-Evil: 1"}, "the value of X-Key holds a line break"),
+        ({"X-Key": "tok3nSECRET\u20ac"}, "outside Latin-1"),
+        ({"X-Key:tok3nSECRET": "v"}, "header name 'X-Key' is followed by ':'"),
+    ):
+        with world.store() as st, refused_port() as port, pytest.raises(lw.ConfigError) as info:
+            export_otlp(st, world.runs["good"], f"http://127.0.0.1:{port}", headers=headers)
+        assert info.value.field == "headers" and said in str(info.value)
+        assert "tok3nSECRET" not in str(info.value)
+
+
 def test_export_otlp_protobuf_body(world: World) -> None:
     pytest.importorskip("opentelemetry.proto")
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
