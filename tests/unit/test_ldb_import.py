@@ -116,6 +116,9 @@ def test_stream_output_and_labels(tmp_path: Path) -> None:
         (json.dumps(record(token_nums=10**400)), "'token_nums' is too large (401 digits)"),
         # past Python's int-from-text limit: json.loads raised a bare ValueError (probe46e)
         (json.dumps(record()).replace("1001", "9" * 5000), "a number has too many digits"),
+        # half an emoji, escaped: read, then an internal error writing --out (outside probe 51)
+        (json.dumps(record(prompt="def f(x):\n    # \ud83d\n")), "lone surrogate (\\ud83d)"),
+        (json.dumps(record(task_id="HumanEval/\udc80")), "lone surrogate (\\udc80)"),
         # an older file's lone string: its characters were the visible tests
         (
             json.dumps({**record(given_tests="assert f(1) == 1"), "generated_test": None}),
@@ -325,3 +328,13 @@ def test_the_tasks_are_not_written_over_the_recording(tmp_path: Path) -> None:
         assert src.read_text() == recording
     assert import_ldb(src, tmp_path / "tasks.jsonl") == 1  # another file is written as before
     assert src.read_text() == recording
+
+
+def test_an_escaped_surrogate_pair_is_its_character(tmp_path: Path) -> None:
+    """The lone-surrogate refusal leaves a pair alone: JSON's "\\ud83d\\ude00" is one emoji."""
+    src = tmp_path / "runs.jsonl"
+    src.write_text(json.dumps(record(prompt="def f(x):\n    # \U0001f600\n")) + "\n")
+    assert "\\ud83d\\ude00" in src.read_text()
+    out = tmp_path / "tasks.jsonl"
+    assert import_ldb(src, out) == 1
+    assert "\U0001f600" in json.loads(out.read_text(encoding="utf-8"))["prompt"]
