@@ -416,3 +416,23 @@ def test_import_out_that_is_its_source(project: Path) -> None:
         r = lw("import", "ldb", "runs.jsonl", "--out", out, cwd=project)
         refused(r, "--out", "is the file being imported")
         assert (project / "runs.jsonl").read_bytes() == recording
+
+
+def test_out_naming_the_store_is_refused(accepted: tuple[Path, str], project: Path) -> None:
+    """`export eval-cases --out s.db`, with s.db the store it read, truncated the store to 0
+    bytes, every run lost (outside probe, stop 51): any command's --out naming an SQLite
+    database is refused, the store as it was."""
+    store, run_id = accepted
+    before = store.read_bytes()
+    ldb = Path(__file__).resolve().parents[1] / "data" / "ldb" / "humaneval" / "reflexion"
+    for args in (
+        ("export", "eval-cases", "--out", "s.db"),
+        ("export", "preference-pairs", "--out", str(store)),
+        ("trace", run_id, "--out", "./s.db"),
+        ("trace", run_id, "--format", "otlp-json", "--out", "s.db"),
+        ("import", "ldb", str(ldb / "gpt-4o-2024-05-13.jsonl"), "--out", "s.db"),
+    ):
+        refused(lw(*args, cwd=project, store=store), args[-2], "is an SQLite database")
+        assert store.read_bytes() == before, args
+    [run] = json.loads(lw("runs", "--json", cwd=project, store=store).stdout)
+    assert run["run_id"] == run_id

@@ -126,6 +126,27 @@ RequestOpt = Annotated[
 ]
 
 
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _not_a_database(path: Path, option: str) -> None:
+    """Refuse to write over an SQLite database: ``export eval-cases --out
+    .loopwright/loopwright.db`` truncated the store it was reading to nothing, every run lost
+    (outside probe, stop 51). No output of the CLI is a database, so any one is refused, the
+    store being read or another."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(len(_SQLITE_MAGIC))
+    except OSError:
+        return  # not there, a folder, unreadable: the write says what it finds
+    if head == _SQLITE_MAGIC:
+        raise ConfigError(
+            f"{path} is an SQLite database (a loopwright store?): writing there would replace "
+            "it; name another file",
+            field=option,
+        )
+
+
 def out_folder(path: Path | None, option: str) -> None:
     """Refuse a file to write (``--out``, ``--report``, ``--plot``, ``--save-traces``) in a
     folder that does not exist, as a store path in one is (``_store_folder``): the folders
@@ -134,6 +155,7 @@ def out_folder(path: Path | None, option: str) -> None:
     (a file stands there) is left to the write, which says why."""
     if path is None:
         return
+    _not_a_database(path, option)
     folder = path.parent
     if folder.exists() or folder.is_symlink():
         return
