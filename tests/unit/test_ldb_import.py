@@ -119,6 +119,9 @@ def test_stream_output_and_labels(tmp_path: Path) -> None:
         # half an emoji, escaped: read, then an internal error writing --out (outside probe 51)
         (json.dumps(record(prompt="def f(x):\n    # \ud83d\n")), "lone surrogate (\\ud83d)"),
         (json.dumps(record(task_id="HumanEval/\udc80")), "lone surrogate (\\udc80)"),
+        # a task key `loopwright run` refuses: imported, exit 0, no run made of it (probe 51)
+        (json.dumps(record(task_id="HumanEval/\x1b[2J0")), "must not hold a control character"),
+        (json.dumps(record(task_id="HumanEval/" + "9" * 300)), "must be at most 256 characters"),
         # an older file's lone string: its characters were the visible tests
         (
             json.dumps({**record(given_tests="assert f(1) == 1"), "generated_test": None}),
@@ -338,3 +341,15 @@ def test_an_escaped_surrogate_pair_is_its_character(tmp_path: Path) -> None:
     out = tmp_path / "tasks.jsonl"
     assert import_ldb(src, out) == 1
     assert "\U0001f600" in json.loads(out.read_text(encoding="utf-8"))["prompt"]
+
+
+@pytest.mark.parametrize("label", ["a\nb", "a\x1b[2J", "\u202egpt"])
+def test_a_label_no_task_key_may_hold_is_refused(tmp_path: Path, label: str) -> None:
+    """``--label`` is in every task key: one holding a line break made 164 tasks, exit 0,
+    whose every key ``loopwright run`` then refused (outside probe, stop 51)."""
+    src = tmp_path / "runs.jsonl"
+    src.write_text(json.dumps(record()) + "\n")
+    with pytest.raises(ConfigError, match="label") as info:
+        import_ldb(src, tmp_path / "tasks.jsonl", label=label)
+    assert info.value.field == "label"
+    assert not (tmp_path / "tasks.jsonl").exists()

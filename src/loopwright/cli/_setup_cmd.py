@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from .._errors import ConfigError, check_choice
-from ._options import JsonOpt, StoreOpt, TokenOpt, _print_json, out_folder
+from ._options import JsonOpt, StoreOpt, TokenOpt, _print_json, as_options, out_folder
 from ._root_app import app
 from ._run_cmd import _runs_may_exist
 
@@ -134,7 +134,8 @@ def import_(
     import io
 
     text = io.StringIO()  # written to --out once there are tasks: none leaves no file
-    report = import_ldb_report(source, text, **kwargs)
+    with as_options(label="--label"):
+        report = import_ldb_report(source, text, **kwargs)
     if not report.tasks:
         raise ConfigError(f"no tasks in {source}", field="SOURCE")
     try:

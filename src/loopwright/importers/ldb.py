@@ -74,6 +74,7 @@ from typing import IO, Any
 
 from .._errors import ConfigError
 from .._json import JsonLineError, json_lines
+from .._keys import check_key, check_name
 from .._redact import redact
 
 __all__ = [
@@ -255,8 +256,13 @@ def convert_record(
         }
         for k in range(1, len(impls))
     ]
+    key = f"ldb/{label}/{rec['task_id']}"
+    try:
+        check_key(key)  # as `loopwright run` will: said here, with the line, not there
+    except ConfigError as exc:
+        raise bad(exc.message) from None
     return {
-        "task_key": f"ldb/{label}/{rec['task_id']}",
+        "task_key": key,
         "goal": f"make {entry} pass its tests",
         "task_id": rec["task_id"],
         "entry_point": entry,
@@ -338,6 +344,10 @@ def read_ldb_report(
     """Read an LDB file into tasks with the import summary (``LdbImport``); malformed lines
     raise ``LdbFormatError`` naming the line."""
     _check_rounds(rounds)
+    if label is not None:
+        # in every task key: one `loopwright run` refuses (a line break, an escape) made an
+        # import of 164 tasks, exit 0, that no run could be made of (outside probe, stop 51)
+        check_name(label, "label", "label")
     p = Path(path_in)
     lab = label or default_label(p)
     records = _parse_lines(p)
