@@ -436,3 +436,13 @@ def test_out_naming_the_store_is_refused(accepted: tuple[Path, str], project: Pa
         assert store.read_bytes() == before, args
     [run] = json.loads(lw("runs", "--json", cwd=project, store=store).stdout)
     assert run["run_id"] == run_id
+
+
+def test_import_label_no_task_key_may_hold(project: Path) -> None:
+    """`import ldb … --label $'a\\nb'` wrote 164 tasks, exit 0, whose every key `run` refused
+    (outside probe, stop 51): one line naming --label, no file written."""
+    src = Path(__file__).resolve().parents[1] / "data" / "ldb" / "humaneval" / "reflexion"
+    r = lw("import", "ldb", str(src / "gpt-4o-2024-05-13.jsonl"), "--out", "t.jsonl",
+           "--label", "a\nb", cwd=project)  # fmt: skip
+    refused(r, "--label: label 'a\\nb' must not hold a control character")
+    assert not (project / "t.jsonl").exists()
