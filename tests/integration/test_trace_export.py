@@ -835,6 +835,17 @@ def test_a_run_named_twice_is_exported_once(world: World) -> None:
         assert preference_pairs(st, run_ids=["ok", "stuck", stuck, "ok"]) == once
 
 
+def test_run_with_a_project_or_loop_filter_is_refused(world: World) -> None:
+    """``--run ID --project other`` exported the run whatever its project, the filter dropped
+    in silence (outside probe, stop 51): the two together are refused."""
+    with world.store() as st:
+        for kw in ({"project": "other"}, {"loop_name": "other"}, {"project": "traces"}):
+            with pytest.raises(lw.ConfigError, match="without --project or --loop"):
+                list(eval_cases(st, run_ids=["good"], **kw))
+            with pytest.raises(lw.ConfigError, match="without --project or --loop"):
+                preference_pairs(st, run_ids=["good"], **kw)
+
+
 def test_preference_pairs_bad_match(world: World) -> None:
     with world.store() as st, pytest.raises(lw.ConfigError, match="--match"):
         preference_pairs(st, match="nope")  # type: ignore[arg-type]

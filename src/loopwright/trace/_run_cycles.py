@@ -213,6 +213,13 @@ def ended_run_ids(
 def _ended(
     store: Store, project: str | None, loop_name: str | None, run_ids: Sequence[str] | None
 ) -> list[RunRecord]:
+    if run_ids and (project is not None or loop_name is not None):
+        # both given, the runs named were exported whatever their project or loop, the
+        # filter dropped in silence (outside probe, stop 51)
+        raise ConfigError(
+            "names the runs itself: give it without --project or --loop (or those without it)",
+            field="--run",
+        )
     if run_ids:
         # a run named twice (``--run ID --run ID``, or its id and a prefix of it) is one run:
         # exported twice, an eval set held its case twice
