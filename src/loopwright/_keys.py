@@ -20,7 +20,7 @@ Anything else is a valid key: letters of any script, digits, punctuation, inner 
 
 The character rule (``unprintable``) is also the rule of what people type elsewhere: a
 person's name, ``--by``, a decision's note, and the names of loops and projects
-(``check_name``). The names a loop declares for its verifiers, effects and risk rules keep it
+(``check_name``, which holds them to ``MAX_KEY_CHARS`` too: both stores index them). The names a loop declares for its verifiers, effects and risk rules keep it
 too, and hold no invisible (format) character at all (``check_declared_name``): they are
 identifiers, which a zero-width space would make two that print alike. Neither they nor a
 new run's loop and project name begin or end with whitespace (``check_unpadded``: ``"a"`` and
@@ -94,6 +94,10 @@ def check_name(value: object, what: str, field: str) -> None:
     why = _bad_char(value)
     if why is None and value and _invisible(value):
         why = "must hold a visible character (it is only format characters or spaces)"
+    if why is None and len(value) > MAX_KEY_CHARS:
+        # indexed as a task key is: PostgreSQL refused a 10,000-character project (a store
+        # error, "unavailable"), SQLite took it (outside probe, stop 51)
+        why = f"must be at most {MAX_KEY_CHARS} characters (got {len(value)})"
     if why is not None:
         raise ConfigError(f"{what} {_shown(value)} {why}", field=field)
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from ._errors import ConfigError, LoopwrightError, check_choice
 from ._json import check_text
+from ._keys import MAX_KEY_CHARS
 from ._redact import redact, redact_text
 
 if TYPE_CHECKING:
@@ -313,6 +314,11 @@ class FeedbackMemory:
             raise ConfigError("must be a string", field="scope_key")
         check_text(scope_key, field="scope_key")
         scope_key = scope_key.strip()
+        if len(scope_key) > MAX_KEY_CHARS:  # a task key or a project name: indexed as they are
+            raise ConfigError(
+                f"must be at most {MAX_KEY_CHARS} characters (got {len(scope_key)})",
+                field="scope_key",
+            )
         if scope in ("task", "project") and not scope_key:
             what = "task key" if scope == "task" else "project"
             raise ConfigError(f"{scope} scope needs the {what}", field="scope_key")

@@ -441,3 +441,45 @@ def test_loopwrights_own_names_are_not_a_person(project: Path, accepted: tuple[P
         "'loopwright'",
     )
     assert dump(store) == before
+
+
+def test_import_out_that_is_its_source(project: Path) -> None:
+    """`import ldb runs.jsonl --out runs.jsonl` replaced the recording with its tasks (exit 0;
+    outside probe, stop 51)."""
+    src = Path(__file__).resolve().parents[1] / "data" / "ldb" / "humaneval"
+    recording = (src / "reflexion" / "gpt-4o-2024-05-13.jsonl").read_bytes()
+    (project / "runs.jsonl").write_bytes(recording)
+    for out in ("runs.jsonl", "./runs.jsonl", str(project / "runs.jsonl")):
+        r = lw("import", "ldb", "runs.jsonl", "--out", out, cwd=project)
+        refused(r, "--out", "is the file being imported")
+        assert (project / "runs.jsonl").read_bytes() == recording
+
+
+def test_out_naming_the_store_is_refused(accepted: tuple[Path, str], project: Path) -> None:
+    """`export eval-cases --out s.db`, with s.db the store it read, truncated the store to 0
+    bytes, every run lost (outside probe, stop 51): any command's --out naming an SQLite
+    database is refused, the store as it was."""
+    store, run_id = accepted
+    before = store.read_bytes()
+    ldb = Path(__file__).resolve().parents[1] / "data" / "ldb" / "humaneval" / "reflexion"
+    for args in (
+        ("export", "eval-cases", "--out", "s.db"),
+        ("export", "preference-pairs", "--out", str(store)),
+        ("trace", run_id, "--out", "./s.db"),
+        ("trace", run_id, "--format", "otlp-json", "--out", "s.db"),
+        ("import", "ldb", str(ldb / "gpt-4o-2024-05-13.jsonl"), "--out", "s.db"),
+    ):
+        refused(lw(*args, cwd=project, store=store), args[-2], "is an SQLite database")
+        assert store.read_bytes() == before, args
+    [run] = json.loads(lw("runs", "--json", cwd=project, store=store).stdout)
+    assert run["run_id"] == run_id
+
+
+def test_import_label_no_task_key_may_hold(project: Path) -> None:
+    """`import ldb … --label $'a\\nb'` wrote 164 tasks, exit 0, whose every key `run` refused
+    (outside probe, stop 51): one line naming --label, no file written."""
+    src = Path(__file__).resolve().parents[1] / "data" / "ldb" / "humaneval" / "reflexion"
+    r = lw("import", "ldb", str(src / "gpt-4o-2024-05-13.jsonl"), "--out", "t.jsonl",
+           "--label", "a\nb", cwd=project)  # fmt: skip
+    refused(r, "--label: label 'a\\nb' must not hold a control character")
+    assert not (project / "t.jsonl").exists()

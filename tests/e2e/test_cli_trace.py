@@ -175,6 +175,31 @@ def test_bad_inputs_are_one_line_errors_with_exit_2(project: Path, runs: dict[st
         assert r.stdout == "", args
 
 
+def test_a_header_http_cannot_carry_is_one_line_that_hides_its_value(
+    project: Path, runs: dict[str, str]
+) -> None:
+    """Outside probe, stop 51: a ``--header`` value holding a line break or a character
+    outside Latin-1, or a name holding a colon, was an internal error (exit 1) whose text was
+    the value: ``ValueError: Invalid header value b'tok3n…'``, a key on stderr, in CI logs.
+    A header typed ``NAME: VALUE`` was echoed whole in the NAME=VALUE refusal."""
+    key = "tok3nSECRETvalue99"
+    cases = [
+        (f"X-Api-Key={key}\nmore", "the value of X-Api-Key holds a line break"),
+        (f"X-Api-Key={key}\u20ac", "outside Latin-1"),
+        (f"X-Api-Key: {key}=x", "header name 'X-Api-Key' is followed by ':'"),
+        (f"X-Api-Key: {key}", "'X-Api-Key'… is not NAME=VALUE"),
+        (f"X-Api-Key {key}", "'X-Api-Key'… is not NAME=VALUE"),
+    ]
+    for header, what in cases:
+        args = ("trace", runs["accepted"], "--send", "http://127.0.0.1:9", "--header", header)
+        r = lw(*args, cwd=project, store=project / "s.db")
+        assert r.returncode == 2, (header, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("loopwright: error: --header:"), r.stderr
+        assert what in lines[0], (what, lines[0])
+        assert key not in r.stderr + r.stdout
+
+
 class _Collector:
     def __init__(self) -> None:
         self.bodies: list[tuple[str, bytes]] = []

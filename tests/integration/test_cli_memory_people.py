@@ -156,3 +156,33 @@ def test_the_operator_who_added_a_global_candidate_does_not_confirm_it(
     code, _, err = cli(capsys, "memory", "confirm", item, "--token", users["root"], "--store", url)
     assert code == 0, err
     assert {i.memory_id: i.status for i in _items(url)}[item] == "active"
+
+
+def test_a_refused_confirm_or_forget_is_in_the_audit_log(
+    url: str, users: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Outside probe, stop 51: an operator's confirm of a forgotten item, or a confirm or
+    forget of an id the store lacks, was refused (exit 2) and left nothing in the audit log;
+    only the adder's own confirm was recorded refused. Every refused attempt is recorded."""
+    with lw.Runtime(url) as rt:
+        mem = lw.FeedbackMemory(rt.store)
+        gone = mem.add(scope="global", scope_key="", signal="correction", text="x", by="ana")
+        mem.forget(gone.memory_id, by="ana")
+    root = ("--token", users["root"], "--store", url)
+    for verb, item, said in (
+        ("confirm", gone.memory_id, "is forgotten"),
+        ("confirm", "0123456789abcdef", "no memory item"),
+        ("forget", "0123456789abcdef", "no memory item"),
+    ):
+        code, _, err = cli(capsys, "memory", verb, item, *root)
+        assert code == 2 and said in err, err
+        with lw.Runtime(url) as rt:
+            last = rt.store.audit()[-1]
+        assert (last.actor, last.action, last.target, last.outcome) == (
+            "root",
+            f"memory {verb}",
+            f"memory {item}",
+            "refused",
+        )
+        assert said in last.detail["reason"]
+    assert {i.memory_id: i.status for i in _items(url)}[gone.memory_id] == "forgotten"

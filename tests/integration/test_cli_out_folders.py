@@ -70,3 +70,40 @@ def test_loopwrights_own_folder_is_made_and_an_existing_one_written(
         argv = [a.replace("{}", str(i)) for a in argv]
         assert main(argv) == 0, (argv, capsys.readouterr().err)
         assert (work / ".loopwright" / f"o{i}.txt").is_file(), argv
+
+
+def test_no_out_is_written_over_the_store(
+    store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside probe, stop 51: `export eval-cases --out` naming the store truncated it to 0
+    bytes, every run lost; every command's output naming it is refused, the store unchanged."""
+    monkeypatch.chdir(tmp_path)
+    before = Path(store).read_bytes()
+    for option, argv in _commands(store, tmp_path, store):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert f"{option}: {store} is an SQLite database" in err, (argv, err)
+        assert Path(store).read_bytes() == before, argv
+
+
+def test_no_out_is_written_over_an_input(
+    store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside probe, stop 51: `fit-stop runs.jsonl --report runs.jsonl` and `replay …
+    --save-traces` naming the runs (or a contract) replaced what they read: refused."""
+    monkeypatch.chdir(tmp_path)
+    replay = ["replay", "runs.jsonl", "--contract", "c.toml", "--save-traces"]
+    runs = tmp_path / "runs.jsonl"
+    runs.write_bytes(LDB.read_bytes())
+    contract = tmp_path / "c.toml"
+    inputs = {p: p.read_bytes() for p in (runs, contract)}
+    for option, argv, target in (
+        ("--report", ["fit-stop", "runs.jsonl", "--report", "./runs.jsonl"], runs),
+        ("--out", ["fit-stop", "runs.jsonl", "--base", "c.toml", "--out", "c.toml"], contract),
+        ("--save-traces", [*replay, str(runs)], runs),
+        ("--save-traces", [*replay, "c.toml"], contract),
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert f"{option}: " in err and "is an input of this command" in err, (argv, err)
+        assert target.read_bytes() == inputs[target], argv

@@ -398,6 +398,20 @@ def test_export_otlp_follows_no_redirect_and_sends_no_credentials_on(world: Worl
     assert "s3cret" not in str(err.value)
 
 
+def test_export_otlp_refuses_a_header_http_cannot_carry(world: World) -> None:
+    """A value with a line break was http.client's ValueError, its text the value (a key);
+    now a ConfigError naming the header, not its value, before anything is sent."""
+    for headers, said in (
+        ({"X-Key": "tok3nSECRET\r\nX-Evil: 1"}, "the value of X-Key holds a line break"),
+        ({"X-Key": "tok3nSECRET\u20ac"}, "outside Latin-1"),
+        ({"X-Key:tok3nSECRET": "v"}, "header name 'X-Key' is followed by ':'"),
+    ):
+        with world.store() as st, refused_port() as port, pytest.raises(lw.ConfigError) as info:
+            export_otlp(st, world.runs["good"], f"http://127.0.0.1:{port}", headers=headers)
+        assert info.value.field == "headers" and said in str(info.value)
+        assert "tok3nSECRET" not in str(info.value)
+
+
 def test_export_otlp_protobuf_body(world: World) -> None:
     pytest.importorskip("opentelemetry.proto")
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -807,6 +821,29 @@ def test_preference_pairs(world: World) -> None:
     net = {e["part"]: e["value"] for e in h["chosen"]["net_edits"] if e["artifact"] == "doc"}
     assert net == TARGET
     assert h["chosen"]["proposal"]["edits"] == [{"artifact": "doc", "part": "b", "value": 2}]
+
+
+def test_a_run_named_twice_is_exported_once(world: World) -> None:
+    """``--run ID --run ID`` (or an id and a prefix of it) exported the run's case twice, in
+    silence: an eval set that counted it twice (outside probe, stop 51). Pairs were once."""
+    good, stuck = world.runs["good"], world.runs["stuck"]
+    with world.store() as st:
+        twice = [c["run_id"] for c in eval_cases(st, run_ids=["good", good, good[:10]])]
+        assert twice == [good]
+        once = preference_pairs(st, run_ids=["ok", "stuck"])
+        assert once  # the check below compares something
+        assert preference_pairs(st, run_ids=["ok", "stuck", stuck, "ok"]) == once
+
+
+def test_run_with_a_project_or_loop_filter_is_refused(world: World) -> None:
+    """``--run ID --project other`` exported the run whatever its project, the filter dropped
+    in silence (outside probe, stop 51): the two together are refused."""
+    with world.store() as st:
+        for kw in ({"project": "other"}, {"loop_name": "other"}, {"project": "traces"}):
+            with pytest.raises(lw.ConfigError, match="without --project or --loop"):
+                list(eval_cases(st, run_ids=["good"], **kw))
+            with pytest.raises(lw.ConfigError, match="without --project or --loop"):
+                preference_pairs(st, run_ids=["good"], **kw)
 
 
 def test_preference_pairs_bad_match(world: World) -> None:

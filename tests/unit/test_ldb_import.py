@@ -116,6 +116,12 @@ def test_stream_output_and_labels(tmp_path: Path) -> None:
         (json.dumps(record(token_nums=10**400)), "'token_nums' is too large (401 digits)"),
         # past Python's int-from-text limit: json.loads raised a bare ValueError (probe46e)
         (json.dumps(record()).replace("1001", "9" * 5000), "a number has too many digits"),
+        # half an emoji, escaped: read, then an internal error writing --out (outside probe 51)
+        (json.dumps(record(prompt="def f(x):\n    # \ud83d\n")), "lone surrogate (\\ud83d)"),
+        (json.dumps(record(task_id="HumanEval/\udc80")), "lone surrogate (\\udc80)"),
+        # a task key `loopwright run` refuses: imported, exit 0, no run made of it (probe 51)
+        (json.dumps(record(task_id="HumanEval/\x1b[2J0")), "must not hold a control character"),
+        (json.dumps(record(task_id="HumanEval/" + "9" * 300)), "must be at most 256 characters"),
         # an older file's lone string: its characters were the visible tests
         (
             json.dumps({**record(given_tests="assert f(1) == 1"), "generated_test": None}),
@@ -329,3 +335,42 @@ def test_the_code_repair_example_refuses_a_raw_ldb_file(
     assert "loopwright import ldb" in err and "results.jsonl:1" in err
     assert "Traceback" not in err
     assert not store.exists()  # refused before the store, and any run, was made
+
+
+def test_the_tasks_are_not_written_over_the_recording(tmp_path: Path) -> None:
+    """``--out`` naming the file being imported (by any name: a relative path, a link) wrote
+    the tasks over the recording, exit 0, the LDB file gone (outside probe, stop 51)."""
+    src = tmp_path / "runs.jsonl"
+    recording = json.dumps(record()) + "\n"
+    src.write_text(recording)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(src)
+    for out in (src, link, tmp_path / "." / "runs.jsonl"):
+        with pytest.raises(ConfigError, match="is the file being imported") as info:
+            import_ldb(src, out)
+        assert info.value.field == "path_out"
+        assert src.read_text() == recording
+    assert import_ldb(src, tmp_path / "tasks.jsonl") == 1  # another file is written as before
+    assert src.read_text() == recording
+
+
+def test_an_escaped_surrogate_pair_is_its_character(tmp_path: Path) -> None:
+    """The lone-surrogate refusal leaves a pair alone: JSON's "\\ud83d\\ude00" is one emoji."""
+    src = tmp_path / "runs.jsonl"
+    src.write_text(json.dumps(record(prompt="def f(x):\n    # \U0001f600\n")) + "\n")
+    assert "\\ud83d\\ude00" in src.read_text()
+    out = tmp_path / "tasks.jsonl"
+    assert import_ldb(src, out) == 1
+    assert "\U0001f600" in json.loads(out.read_text(encoding="utf-8"))["prompt"]
+
+
+@pytest.mark.parametrize("label", ["a\nb", "a\x1b[2J", "\u202egpt"])
+def test_a_label_no_task_key_may_hold_is_refused(tmp_path: Path, label: str) -> None:
+    """``--label`` is in every task key: one holding a line break made 164 tasks, exit 0,
+    whose every key ``loopwright run`` then refused (outside probe, stop 51)."""
+    src = tmp_path / "runs.jsonl"
+    src.write_text(json.dumps(record()) + "\n")
+    with pytest.raises(ConfigError, match="label") as info:
+        import_ldb(src, tmp_path / "tasks.jsonl", label=label)
+    assert info.value.field == "label"
+    assert not (tmp_path / "tasks.jsonl").exists()

@@ -110,8 +110,9 @@ def fit_stop_cmd(
     if plot is not None:
         check_plot()
     # (a missing folder refused before the fit, not after it: a typo's)
+    inputs = [s for s in sources if s not in ("store", "runs")] + ([base] if base else [])
     for path, option in ((out, "--out"), (report, "--report"), (plot, "--plot")):
-        out_folder(path, option)
+        out_folder(path, option, inputs)
     base_contract = None
     if base is not None:
         try:

@@ -7,11 +7,13 @@ import getpass
 import json
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any, cast
 
 import typer
 
-from .._errors import ConfigError, NotPermittedError, check_choice
+from .._errors import ConfigError, LoopwrightError, check_choice
 from .._memory import (
     MEMORY_SCOPES,
     MEMORY_SIGNALS,
@@ -96,6 +98,22 @@ def _audited(st: Store, who: str, action: str, it: MemoryItem) -> None:
 
         audit(st, who, action, f"memory {it.memory_id}", origin="cli", scope=it.scope,
               scope_key=it.scope_key or None, status=it.status)  # fmt: skip
+
+
+@contextmanager
+def _refusal_audited(st: Store, who: str, action: str, memory_id: str) -> Iterator[None]:
+    """A change of an item refused (its adder confirming it, a forgotten item confirmed, an
+    unknown id), recorded as refused with the reason, in a store with users: every attempt
+    there is in the audit log, allowed or refused (docs/permissions.md)."""
+    try:
+        yield
+    except LoopwrightError as exc:
+        if st.has_users():
+            from .._authority import audit
+
+            audit(st, who, action, f"memory {memory_id}", outcome="refused", origin="cli",
+                  reason=str(exc))  # fmt: skip
+        raise
 
 
 def _print_item(verb: str, it: MemoryItem, as_json: bool) -> None:
@@ -282,14 +300,8 @@ def confirm(
     """A person confirms a candidate (e.g. a proposed global preference): it becomes active."""
     with open_existing(store) as st:
         who = _person(st, by, token, "memory confirm", needed=True)
-        try:
+        with _refusal_audited(st, who, "memory confirm", memory_id):
             it = FeedbackMemory(st).confirm(memory_id, by=who)
-        except NotPermittedError as exc:  # its adder: refused, and recorded as refused
-            from .._authority import audit
-
-            audit(st, who, "memory confirm", f"memory {memory_id}", outcome="refused",
-                  origin="cli", reason=str(exc))  # fmt: skip
-            raise
         _audited(st, who, "memory confirm", it)
     _print_item("confirmed", it, as_json)
 
@@ -305,7 +317,8 @@ def forget(
     """Never retrieve this item again (it stays in the store for audit)."""
     with open_existing(store) as st:
         who = _person(st, by, token, "memory forget", needed=True)
-        it = FeedbackMemory(st).forget(memory_id, by=who)
+        with _refusal_audited(st, who, "memory forget", memory_id):
+            it = FeedbackMemory(st).forget(memory_id, by=who)
         _audited(st, who, "memory forget", it)
     _print_item("forgotten", it, as_json)
 

@@ -7,6 +7,7 @@ Importing this module registers the commands on the application.
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -65,12 +66,19 @@ def _note(text: str) -> None:
 
 
 def _headers(items: Iterable[str]) -> dict[str, str]:
+    from ..trace._otlp import check_headers
+
     out = {}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
-            raise ConfigError(f"{item!r} is not NAME=VALUE", field="--header")
+            # the item shown up to a colon or a space: a value typed after one ("X-Key: …")
+            # is often a key, and this line lands in terminals and CI logs
+            head = re.split(r"[:\s]", item.strip(), maxsplit=1)[0]
+            shown = repr(head) + ("…" if head != item.strip() else "")
+            raise ConfigError(f"{shown} is not NAME=VALUE", field="--header")
         out[name.strip()] = value.strip()
+    check_headers(out, "--header")
     return out
 
 

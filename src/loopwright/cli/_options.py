@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -126,7 +126,44 @@ RequestOpt = Annotated[
 ]
 
 
-def out_folder(path: Path | None, option: str) -> None:
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _not_a_database(path: Path, option: str) -> None:
+    """Refuse to write over an SQLite database: ``export eval-cases --out
+    .loopwright/loopwright.db`` truncated the store it was reading to nothing, every run lost
+    (outside probe, stop 51). No output of the CLI is a database, so any one is refused, the
+    store being read or another."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(len(_SQLITE_MAGIC))
+    except OSError:
+        return  # not there, a folder, unreadable: the write says what it finds
+    if head == _SQLITE_MAGIC:
+        raise ConfigError(
+            f"{path} is an SQLite database (a loopwright store?): writing there would replace "
+            "it; name another file",
+            field=option,
+        )
+
+
+def _not_an_input(path: Path, option: str, inputs: Iterable[str | Path]) -> None:
+    """Refuse to write over a file the command reads: ``fit-stop runs.jsonl --report
+    runs.jsonl`` replaced the recorded runs with the report (outside probe, stop 51)."""
+    for given in inputs:
+        try:
+            same = path.exists() and path.samefile(given)
+        except OSError:
+            continue  # an input not there: its reader says so
+        if same:
+            raise ConfigError(
+                f"{path} is an input of this command ({given}): writing there would replace "
+                "it; name another file",
+                field=option,
+            )
+
+
+def out_folder(path: Path | None, option: str, inputs: Iterable[str | Path] = ()) -> None:
     """Refuse a file to write (``--out``, ``--report``, ``--plot``, ``--save-traces``) in a
     folder that does not exist, as a store path in one is (``_store_folder``): the folders
     were made, so a typo's output went unseen into a new folder. ``./.loopwright``,
@@ -134,6 +171,8 @@ def out_folder(path: Path | None, option: str) -> None:
     (a file stands there) is left to the write, which says why."""
     if path is None:
         return
+    _not_a_database(path, option)
+    _not_an_input(path, option, inputs)
     folder = path.parent
     if folder.exists() or folder.is_symlink():
         return

@@ -52,7 +52,8 @@ def replay_cmd(
     """
     from ..replay import iter_source, load_contract, replay, write_traces
 
-    out_folder(save_traces, "--save-traces")  # (before the runs are read)
+    # (before the runs are read; never over the runs or a contract it reads)
+    out_folder(save_traces, "--save-traces", [source, *(contract or ())])
 
     if not contract:
         raise ConfigError("give at least one --contract FILE", field="--contract")

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from .._errors import ConfigError, check_choice
-from ._options import JsonOpt, StoreOpt, TokenOpt, _print_json, out_folder
+from ._options import JsonOpt, StoreOpt, TokenOpt, _print_json, as_options, out_folder
 from ._root_app import app
 from ._run_cmd import _runs_may_exist
 
@@ -114,7 +114,7 @@ def import_(
     check_choice(kind, ("ldb",), "KIND")
     out_folder(out, "--out")  # (a missing folder is a typo's; ./.loopwright is made)
     try:
-        from ..importers.ldb import import_ldb_report
+        from ..importers.ldb import check_not_source, import_ldb_report
     except ImportError as exc:  # pragma: no cover - present in every install
         raise ConfigError(f"the LDB importer is unavailable: {exc}") from None
     if source.is_dir():
@@ -123,6 +123,7 @@ def import_(
         )
     if not source.is_file():
         raise ConfigError(f"no file at {source}", field="SOURCE")
+    check_not_source(source, out, "--out")
     if usd_per_token is not None and usd_per_token < 0:
         raise ConfigError("must not be negative", field="--usd-per-token")
     if rounds is not None and rounds < 0:
@@ -133,7 +134,8 @@ def import_(
     import io
 
     text = io.StringIO()  # written to --out once there are tasks: none leaves no file
-    report = import_ldb_report(source, text, **kwargs)
+    with as_options(label="--label"):
+        report = import_ldb_report(source, text, **kwargs)
     if not report.tasks:
         raise ConfigError(f"no tasks in {source}", field="SOURCE")
     try:

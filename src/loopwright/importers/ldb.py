@@ -74,6 +74,7 @@ from typing import IO, Any
 
 from .._errors import ConfigError
 from .._json import JsonLineError, json_lines
+from .._keys import check_key, check_name
 from .._redact import redact
 
 __all__ = [
@@ -255,8 +256,13 @@ def convert_record(
         }
         for k in range(1, len(impls))
     ]
+    key = f"ldb/{label}/{rec['task_id']}"
+    try:
+        check_key(key)  # as `loopwright run` will: said here, with the line, not there
+    except ConfigError as exc:
+        raise bad(exc.message) from None
     return {
-        "task_key": f"ldb/{label}/{rec['task_id']}",
+        "task_key": key,
         "goal": f"make {entry} pass its tests",
         "task_id": rec["task_id"],
         "entry_point": entry,
@@ -338,6 +344,10 @@ def read_ldb_report(
     """Read an LDB file into tasks with the import summary (``LdbImport``); malformed lines
     raise ``LdbFormatError`` naming the line."""
     _check_rounds(rounds)
+    if label is not None:
+        # in every task key: one `loopwright run` refuses (a line break, an escape) made an
+        # import of 164 tasks, exit 0, that no run could be made of (outside probe, stop 51)
+        check_name(label, "label", "label")
     p = Path(path_in)
     lab = label or default_label(p)
     records = _parse_lines(p)
@@ -402,6 +412,21 @@ def read_ldb(
     ).tasks
 
 
+def check_not_source(path_in: str | Path, path_out: str | Path, field: str = "path_out") -> None:
+    """``ConfigError`` when ``path_out`` is ``path_in`` (the same file by any name: a link, a
+    relative path): the tasks would be written over the recording they were read from."""
+    try:
+        same = Path(path_out).exists() and Path(path_out).samefile(path_in)
+    except OSError:
+        return  # one of them cannot be read: reading or writing says so
+    if same:
+        raise ConfigError(
+            f"{path_out} is the file being imported: writing the tasks there would replace "
+            "the recording; name another file",
+            field=field,
+        )
+
+
 def import_ldb_report(
     path_in: str | Path,
     path_out: str | Path | IO[str],
@@ -416,6 +441,8 @@ def import_ldb_report(
     ``path_out`` may be a path or an open text stream. The whole input is validated before
     anything is written to a path, so a malformed line leaves no half-written output.
     """
+    if isinstance(path_out, str | Path):
+        check_not_source(path_in, path_out)
     report = read_ldb_report(path_in, label=label, usd_per_token=usd_per_token, rounds=rounds)
     # Masked as a run masks its task (invariant 9): a key in a recorded prompt or test would
     # otherwise sit in the tasks file until a run was made of it, or for good.

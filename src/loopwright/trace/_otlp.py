@@ -18,6 +18,7 @@ import importlib
 import io
 import json
 import math
+import re
 import shutil
 import tempfile
 import urllib.error
@@ -275,6 +276,38 @@ def traces_url(endpoint: str, *, field: str = "endpoint") -> str:
     return endpoint
 
 
+# An HTTP header's name is a token (RFC 9110 5.1, 5.6.2); its value is Latin-1 text without
+# control characters but the tab (5.5). http.client refuses the rest with a ValueError (or a
+# UnicodeEncodeError) whose text holds the value: a key typed with a line break in it.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+
+
+def check_headers(headers: Mapping[str, str], field: str = "headers") -> None:
+    """``ConfigError`` naming the header (never its value: it is often a key) that HTTP cannot
+    carry: a name that is not a token, a value holding a line break, another control
+    character or a character outside Latin-1."""
+    for name, value in headers.items():
+        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+            # shown up to the character at fault: what follows may be the value
+            # ("Authorization: Bearer …=" split at its "=")
+            text = name if isinstance(name, str) else ""
+            ok = _HEADER_NAME.match(text)
+            at = ok.end() if ok else 0
+            bad = repr(text[at]) if at < len(text) else "nothing"
+            raise ConfigError(
+                f"header name {text[:at]!r} is followed by {bad}: a name holds letters, "
+                "digits and !#$%&'*+-.^_`|~ only (NAME=VALUE, not NAME: VALUE)",
+                field=field,
+            )
+        if not isinstance(value, str) or not _HEADER_VALUE.fullmatch(value):
+            raise ConfigError(
+                f"the value of {name} holds a line break, another control character or a "
+                "character outside Latin-1, which a header cannot carry (value not shown)",
+                field=field,
+            )
+
+
 def export_otlp(
     store: Store,
     run_id: str,
@@ -292,6 +325,7 @@ def export_otlp(
     cannot be reached or answers with an error status, ``ConfigError`` for a bad endpoint.
     """
     check_choice(encoding, ("json", "protobuf"), "encoding")
+    check_headers(headers or {})
     url, auth = without_userinfo(traces_url(endpoint))
     sent = {**auth, **(headers or {})}  # an Authorization header given wins
     doc = otlp_trace(store, run_id, service_name=service_name)

@@ -213,8 +213,17 @@ def ended_run_ids(
 def _ended(
     store: Store, project: str | None, loop_name: str | None, run_ids: Sequence[str] | None
 ) -> list[RunRecord]:
+    if run_ids and (project is not None or loop_name is not None):
+        # both given, the runs named were exported whatever their project or loop, the
+        # filter dropped in silence (outside probe, stop 51)
+        raise ConfigError(
+            "names the runs itself: give it without --project or --loop (or those without it)",
+            field="--run",
+        )
     if run_ids:
-        runs = [store.get_run(r) for r in run_ids]
+        # a run named twice (``--run ID --run ID``, or its id and a prefix of it) is one run:
+        # exported twice, an eval set held its case twice
+        runs = list({r.run_id: r for r in map(store.get_run, run_ids)}.values())
         bad = [r.run_id for r in runs if r.status not in TERMINAL_STATUSES]
         if bad:
             raise ConfigError(f"run(s) {', '.join(bad)} have not ended", field="--run")
