@@ -228,4 +228,3 @@ def tail(b: Mapping[str, Any], figures: Sequence[Mapping[str, Any]]) -> list[str
     return [
         f'<path data-role="tail" d="{path}" fill="{b["fill"]}" stroke="#000" stroke-width="1.5"/>'
     ]
-
