@@ -197,8 +197,9 @@ def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iter
             what = ["[cyan]check only:[/] judged the person's edit"]
         elif rec.get("check_only"):  # the actor's attempt, denied: then the edit judged
             what = ["[cyan]request denied:[/] judged the person's edit"]
-        if rec.get("duplicate"):
-            what.append("[yellow](repeat)[/]")
+        if rec.get("duplicate"):  # (a refusal counts as no progress, as a repeat does)
+            refused = rec.get("decision") == "refused"
+            what.append("[yellow](touches accepted work)[/]" if refused else "[yellow](repeat)[/]")
 
         def verdicts(d: dict[str, Any]) -> list[str]:
             return [
