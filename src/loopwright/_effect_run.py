@@ -187,6 +187,8 @@ async def perform_effect(
             kw["cause"] = redact_text(kw["cause"])
         return EffectOutcome(eff.name, eff.kind, ikey, status, **kw)
 
+    said_not_done: list[bool] = []  # the reconcile hook's "not done", for the next event
+
     def put(status: str, data: dict[str, Any], attempts: int | None, event: str) -> JournalEntry:
         if status == "done":
             # The checkpoint this attempt of the cycle builds on (its effects' write-ahead):
@@ -215,7 +217,12 @@ async def perform_effect(
                     | ({"deadline_at": data["deadline_at"]} if data.get("deadline_at") else {})
                     | ({"from_run": data["from_run"]} if data.get("from_run") else {})
                     # what it cost, on the event of its doing (a trace's effect span counts it)
-                    | ({"usage": data["usage"]} if status == "done" and data.get("usage") else {}),
+                    | ({"usage": data["usage"]} if status == "done" and data.get("usage") else {})
+                    | (
+                        {"hook_not_done": True}
+                        if said_not_done and not said_not_done.clear()
+                        else {}
+                    ),
                 )
             ],
             claim=claim,
@@ -295,6 +302,9 @@ async def perform_effect(
             cause = f"{named()} {doubt}: {value}"
             put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
             return out("in_doubt", attempts=attempts, cause=cause, error=info)
+        # the hook said it did not happen: the journal's next event says so (the trace showed
+        # a second effect_started with nothing saying the hook was asked; outside51a)
+        said_not_done.append(True)
         return None
 
     def not_reused() -> EffectOutcome:  # (``reuse_only``, undone since: nothing written)

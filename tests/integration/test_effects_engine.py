@@ -421,6 +421,14 @@ def test_reconcile_not_done_allows_a_retry(rt: lw.Runtime) -> None:
     assert asked == [bank.executed[0]["key"]] * 2  # asked after each failure
     [entry] = journal(rt, r.run_id).values()
     assert (entry.status, entry.attempts) == ("done", 3)
+    # each "not done" is on the journal's next event (outside51a: the trace showed a second
+    # effect_started with nothing saying the hook was asked)
+    evs = [e for e in rt.store.events(r.run_id) if e.kind.startswith("effect_")]
+    seq = [(e.kind, e.data.get("hook_not_done", False)) for e in evs]
+    assert seq == [("effect_started", False), ("effect_retry", True)] * 2 + [
+        ("effect_started", False),
+        ("effect_done", False),
+    ]
 
 
 def test_reconcile_done_after_a_raise_records_the_reconciled_result(rt: lw.Runtime) -> None:
@@ -659,6 +667,9 @@ def test_intent_reconciled_as_not_done_runs_once(store_path: Path) -> None:
         [grace] = [e for e in rt.store.events(r.run_id) if e.kind == "effect_grace"]
         assert grace.data["until"] == pytest.approx(written + 2.0)
         assert grace.data["holder_alive"] is False
+        # the hook's "not done" is on the event of the attempt it let start
+        [started] = [e for e in rt.store.events(r.run_id) if e.kind == "effect_started"]
+        assert started.data["hook_not_done"] is True
 
 
 def test_done_entry_from_before_a_crash_is_reused(rt: lw.Runtime) -> None:
