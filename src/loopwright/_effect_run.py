@@ -197,6 +197,8 @@ async def perform_effect(
         # Invariant 9: the journal entry, its event and the key's claim hold no secret (a
         # result is masked where it is made, a cause or an error here).
         data = redact({**base, **data})
+        not_done_said = bool(said_not_done)
+        said_not_done.clear()
         return store.journal_put(
             ex.run_id,
             ex.token,
@@ -218,11 +220,7 @@ async def perform_effect(
                     | ({"from_run": data["from_run"]} if data.get("from_run") else {})
                     # what it cost, on the event of its doing (a trace's effect span counts it)
                     | ({"usage": data["usage"]} if status == "done" and data.get("usage") else {})
-                    | (
-                        {"hook_not_done": True}
-                        if said_not_done and not said_not_done.clear()
-                        else {}
-                    ),
+                    | ({"hook_not_done": True} if not_done_said else {}),
                 )
             ],
             claim=claim,
