@@ -26,10 +26,16 @@ def _live() -> ModuleType:
     return load_sibling(__file__, "test_live.py", "_live_helpers_stream_cap")
 
 
-def _open(port: int) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+def _open_as(
+    port: int, headers: dict[str, str]
+) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    conn.request("GET", "/api/events", headers={"Accept": "text/event-stream"})
+    conn.request("GET", "/api/events", headers={"Accept": "text/event-stream", **headers})
     return conn, conn.getresponse()
+
+
+def _open(port: int) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    return _open_as(port, {})
 
 
 def test_a_stream_beyond_the_cap_is_503_with_retry_after(tmp_path: Path) -> None:
@@ -58,8 +64,39 @@ def test_a_stream_beyond_the_cap_is_503_with_retry_after(tmp_path: Path) -> None
                 c.close()
 
 
+@pytest.mark.parametrize("field", ["max_streams", "max_streams_per_person", "max_resumes"])
 @pytest.mark.parametrize("bad", [0, -1, True, 2.5])
-def test_max_streams_must_be_a_count(tmp_path: Path, bad: object) -> None:
+def test_max_streams_must_be_a_count(tmp_path: Path, bad: object, field: str) -> None:
     with pytest.raises(ConfigError) as e:
-        create_app(str(tmp_path / "s.db"), token=TOKEN, max_streams=bad)  # type: ignore[arg-type]
-    assert e.value.field == "max_streams"
+        create_app(str(tmp_path / "s.db"), token=TOKEN, **{field: bad})  # type: ignore[arg-type]
+    assert e.value.field == field
+
+
+def test_one_signed_in_reader_holds_at_most_their_share_of_the_streams(tmp_path: Path) -> None:
+    """Any reader could hold every stream the server keeps, so no one else's page followed the
+    store. A signed-in reader (here the server's token) holds at most
+    ``max_streams_per_person``; one who is not signed in (loopback) is counted in the whole
+    only (docs/ui.md says so)."""
+    live = _live()
+    store = str(tmp_path / "live.db")
+    open_store(store).close()
+    app = create_app(store, token=TOKEN, max_streams=10, max_streams_per_person=2)
+    me = {"Authorization": f"Bearer {TOKEN}"}
+    with live.served(app) as port:
+        opened = [_open_as(port, me) for _ in range(2)]
+        try:
+            assert [r.status for _, r in opened] == [200, 200]
+            conn, resp = _open_as(port, me)
+            assert resp.status == 503 and resp.headers["Retry-After"].isdigit()
+            assert "you have 2 event streams open" in json.loads(resp.read())["detail"]
+            conn.close()
+            opened.append(_open_as(port, {}))  # not signed in: the whole's bound only
+            assert opened[-1][1].status == 200
+            assert app.state.messages.streams == 3
+            opened.pop(0)[0].close()  # one of theirs ends: room for another of theirs
+            live.until(lambda: app.state.messages.streams == 2, "the closed stream counted out")
+            opened.append(_open_as(port, me))
+            assert opened[-1][1].status == 200
+        finally:
+            for c, _ in opened:
+                c.close()
