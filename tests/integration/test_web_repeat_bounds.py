@@ -118,3 +118,43 @@ def test_the_sign_in_page_says_nothing_of_sessions_to_a_new_browser(
     c.cookies.set("lw_session", "made-up")
     r = c.get("/login")
     assert r.status_code == 200 and "too many sessions" not in r.text
+
+
+def test_one_who_may_not_resume_is_refused_for_that_not_for_room(
+    people: tuple[ModuleType, str],
+) -> None:
+    """With the server full, a viewer's resume is the 403 their role gets (audited by the
+    action's own check), not a 503 that an operator's gets."""
+    p, store = people
+    app = create_app(store, token=p.SERVER_TOKEN, identity="server", max_resumes=1)
+    app.state.resuming["another-run"] = [False]  # as a resume thread alive holds its place
+    c = TestClient(app, base_url=p.LOCAL)
+    with lw.Runtime(store) as rt:
+        run_id = rt.store.list_runs()[0].run_id
+    r = c.post(f"/api/runs/{run_id}/resume", json={}, headers=p.bearer("vic"))
+    assert r.status_code == 403, r.text
+    r = c.post(f"/api/runs/{run_id}/rerun", json={"start": True}, headers=p.bearer("oscar"))
+    assert r.status_code == 503 and "as many runs as it may at once (1," in r.json()["detail"], (
+        r.text
+    )
+    r = c.post(f"/api/runs/{run_id}/rerun", json={"start": True}, headers=p.bearer("vic"))
+    assert r.status_code == 403, r.text
+
+
+def test_a_form_refused_for_room_gets_a_page_saying_so(people: tuple[ModuleType, str]) -> None:
+    """The browser's rerun form, the server full: a page that says why (with Retry-After), not
+    the API's JSON."""
+    p, store = people
+    app = create_app(store, token=p.SERVER_TOKEN, identity="server", max_resumes=1)
+    app.state.resuming["another-run"] = [False]  # as a resume thread alive holds its place
+    c = TestClient(app, base_url=p.LOCAL)
+    csrf = p.sign_in(c, "oscar")
+    with lw.Runtime(store) as rt:
+        run_id = rt.store.list_runs()[0].run_id
+    r = c.post(
+        f"/runs/{run_id}/rerun",
+        data={"csrf": csrf, "start": "yes"},
+        headers={"Accept": "text/html"},
+    )
+    assert r.status_code == 503 and r.headers["retry-after"] == "30"
+    assert "text/html" in r.headers["content-type"] and "Busy: try again later" in r.text

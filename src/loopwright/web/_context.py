@@ -12,10 +12,10 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from .._authority import why_not_approve
+from .._authority import require, why_not_approve
 from .._contract import TERMINAL_STATUSES
 from .._engine import Runtime
-from .._errors import ConfigError
+from .._errors import ConfigError, NotPermittedError
 from .._redact_logs import masked_logger
 from .._spec import loop_of_run
 from ..store import Approval, RunRecord, Store
@@ -51,8 +51,8 @@ def check_max_resumes(n: object) -> None:
 
 def _full(n: int) -> str:
     return (
-        f"{n} runs are resuming on this server, the most it resumes at once "
-        "(create_app(max_resumes=)): try again when one has stopped"
+        f"this server resumes as many runs as it may at once ({n}, max_resumes): "
+        "try again when one has stopped"
     )
 
 
@@ -151,6 +151,11 @@ class WebContext:
             if (run_id is not None and run_id in resuming) or len(resuming) < most:
                 return
         target = f"run {run_id}" if run_id is not None else "a rerun's new run"
+        try:  # one who may not resume is refused (403, audited) by the action's own check
+            require(self.store, who, "operate", action=action, target=target, origin=origin,
+                    record=False)  # fmt: skip
+        except NotPermittedError:
+            return
         self.app.state.resumes_refused.refused(origin, "the server is full", (action, target), who)
         raise HTTPException(503, _full(most), headers={"Retry-After": str(RESUME_RETRY_AFTER_S)})
 
