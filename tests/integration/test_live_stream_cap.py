@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -16,6 +17,7 @@ import pytest
 from support.modules import load_sibling
 
 from loopwright import ConfigError
+from loopwright._authority import hash_token
 from loopwright.store import open_store
 from loopwright.web import create_app
 
@@ -72,30 +74,35 @@ def test_max_streams_must_be_a_count(tmp_path: Path, bad: object, field: str) ->
     assert e.value.field == field
 
 
-def test_one_signed_in_reader_holds_at_most_their_share_of_the_streams(tmp_path: Path) -> None:
+def test_one_person_holds_at_most_their_share_of_the_streams(tmp_path: Path) -> None:
     """Any reader could hold every stream the server keeps, so no one else's page followed the
-    store. A signed-in reader (here the server's token) holds at most
-    ``max_streams_per_person``; one who is not signed in (loopback) is counted in the whole
-    only (docs/ui.md says so)."""
+    store. In a store with users (every reader signed in) one person (a viewer's token) holds
+    at most ``max_streams_per_person``; another person still gets theirs."""
     live = _live()
     store = str(tmp_path / "live.db")
-    open_store(store).close()
+    s = open_store(store)
+    try:
+        for name in ("vic", "ana"):
+            s.add_user(name, roles=["viewer"], limits={}, by="test", now=time.time())
+            s.set_token(name, hash_token(f"tok-{name}-0123456789"), now=time.time())
+    finally:
+        s.close()
     app = create_app(store, token=TOKEN, max_streams=10, max_streams_per_person=2)
-    me = {"Authorization": f"Bearer {TOKEN}"}
+    vic, ana = ({"Authorization": f"Bearer tok-{n}-0123456789"} for n in ("vic", "ana"))
     with live.served(app) as port:
-        opened = [_open_as(port, me) for _ in range(2)]
+        opened = [_open_as(port, vic) for _ in range(2)]
         try:
             assert [r.status for _, r in opened] == [200, 200]
-            conn, resp = _open_as(port, me)
+            conn, resp = _open_as(port, vic)
             assert resp.status == 503 and resp.headers["Retry-After"].isdigit()
             assert "you have 2 event streams open" in json.loads(resp.read())["detail"]
             conn.close()
-            opened.append(_open_as(port, {}))  # not signed in: the whole's bound only
+            opened.append(_open_as(port, ana))  # another person: their own share
             assert opened[-1][1].status == 200
             assert app.state.messages.streams == 3
-            opened.pop(0)[0].close()  # one of theirs ends: room for another of theirs
+            opened.pop(0)[0].close()  # one of vic's ends: room for another of vic's
             live.until(lambda: app.state.messages.streams == 2, "the closed stream counted out")
-            opened.append(_open_as(port, me))
+            opened.append(_open_as(port, vic))
             assert opened[-1][1].status == 200
         finally:
             for c, _ in opened:

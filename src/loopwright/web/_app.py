@@ -105,7 +105,7 @@ def create_app(
     Requests whose ``Host`` is neither a loopback name nor one of ``allowed_hosts`` get 400.
     ``notify``: webhooks to post when a request appears (``_notify``). A request body over
     ``max_body`` bytes is answered 413 without being read. At most ``max_streams``
-    ``/api/events`` streams are open at once, ``max_streams_per_person`` of one signed-in reader's;
+    ``/api/events`` streams are open at once, ``max_streams_per_person`` of one person's (a store with users);
     one more is 503 with ``Retry-After``. At most
     ``max_resumes`` runs resume in this server's threads at once: a resume, rollback, edit or
     rerun asking to start one more is 503 with ``Retry-After``."""

@@ -41,10 +41,11 @@ MAX_STREAMS = 100
 """Event streams open at once (``create_app(max_streams=)``): each holds a connection and a
 task looking at the feed 4 times a second; one more is answered 503 with ``Retry-After``."""
 MAX_STREAMS_PER_PERSON = 20
-"""Event streams one signed-in reader (a person, or the server's token where the store has no
-users) holds at once (``create_app(max_streams_per_person=)``): one person's browser tabs, but
-not every stream the server keeps. A reader who is not signed in (loopback, no token needed) is
-counted in ``max_streams`` only: there is nobody to count them under."""
+"""Event streams one signed-in person (in a store with users) holds at once
+(``create_app(max_streams_per_person=)``): one person's browser tabs, but not every stream the
+server keeps. Where the store has no users, the one token is the operator's, who may do
+anything: not counted. A reader who is not signed in (loopback, no token needed) is counted in
+``max_streams`` only: there is nobody to count them under."""
 RETRY_AFTER_S = 10
 
 
@@ -77,7 +78,7 @@ class Messages:
     ) -> None:
         self.max_streams = max_streams
         self.per_person = per_person
-        self._mine: dict[str, int] = {}  # open streams by signed-in reader
+        self._mine: dict[str, int] = {}  # open streams by person (a store with users)
         self._items: deque[tuple[int, str]] = deque(maxlen=KEPT)
         self._lock = threading.Lock()
         self.last_seq = 0
@@ -97,7 +98,7 @@ class Messages:
             return idle
 
     def stream_opened(self, person: str | None = None) -> str:
-        """Count a stream in (for ``person``, a signed-in reader, when given): ``""``, or why
+        """Count a stream in (for ``person``, signed in, when given): ``""``, or why
         not (nothing counted) when ``max_streams`` are open, or ``per_person`` of theirs."""
         with self._lock:
             if self._streams >= self.max_streams:
@@ -156,7 +157,7 @@ def install_live(
     """Add ``/api/events`` to ``app`` and run the store poller (and the notifier, when
     ``notify`` names URLs) while the app is served. Reads of ``/api/events`` are guarded like
     every other ``/api`` read by the app's middleware. At most ``max_streams`` streams are
-    open at once, ``max_streams_per_person`` of one signed-in reader's; one more is 503 with
+    open at once, ``max_streams_per_person`` of one person's (with users); one more is 503 with
     ``Retry-After``."""
     feed = Feed(store, interval_s=interval_s)
     messages = Messages(max_streams, max_streams_per_person)
@@ -208,10 +209,13 @@ def install_live(
 
         # Counted in here, before the answer (not when its body starts: a burst would all find
         # room), and out when the answer ends, however it ends (_Counted).
-        # Counted per signed-in reader too: one token (a viewer's) held every stream the
+        # Counted per person too: one token (a viewer's) held every stream the
         # server keeps, and no one else's page could follow the store.
-        signed = await run_in_threadpool(auth.signed_in, request)
-        person = await run_in_threadpool(auth.who, request) if signed else None
+        # (A store without users has one operator, whose token may do anything: not counted.)
+        def reader() -> str | None:  # (store reads: in a thread, not on the event loop)
+            return auth.who(request) if auth.users_mode and auth.signed_in(request) else None
+
+        person = await run_in_threadpool(reader)
         why = messages.stream_opened(person)
         if why:
             raise HTTPException(503, why, headers={"Retry-After": str(RETRY_AFTER_S)})
