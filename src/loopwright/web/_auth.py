@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.requests import Request
@@ -257,6 +256,7 @@ target): its reason then lists them."""
 UNKNOWN_TOKEN = "(unknown token)"  # who a refusal is recorded under, as the CLI names it
 NO_TOKEN = "(no token)"
 _NAMED = 8  # the distinct (action, target) a count names; the rest are "others"
+_Row = tuple[str, str, int, tuple[str, str], str]  # a record: source, reason, counted, what, who
 
 
 @dataclass(slots=True)
@@ -337,7 +337,7 @@ class RefusedSignIns:
         self._overflow: _Window | None = None  # the sources beyond ``max_sources``
         self._lock = threading.Lock()
 
-    def _count_of(self, source: str, w: _Window, who: str) -> tuple[str, str, int, Any, str]:
+    def _count_of(self, source: str, w: _Window, who: str) -> _Row:
         reason, what = w.named(self.counted_reason)
         return (source, reason, w.counted, what, who)
 
@@ -351,7 +351,7 @@ class RefusedSignIns:
         """A sign-in (or ``what``, by ``who``) from ``source`` refused for ``reason``:
         recorded, or counted."""
         now = self.clock()
-        out: list[tuple[str, str, int, tuple[str, str], str]] = []
+        out: list[_Row] = []
         with self._lock:
             key = (source, who)
             w = self._windows.get(key)
