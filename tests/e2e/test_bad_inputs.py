@@ -308,6 +308,14 @@ def test_a_body_limit_that_is_no_size(project: Path) -> None:
     assert not store.exists()
 
 
+def test_a_resume_bound_that_is_no_count(project: Path) -> None:
+    store = project / "s.db"
+    for given in ("0", "-3"):
+        r = lw("ui", "--port", "0", "--max-resumes", given, cwd=project, store=store)
+        refused(r, "--max-resumes")
+    assert not store.exists()
+
+
 def test_a_dashboard_over_a_store_that_does_not_exist(project: Path) -> None:
     store = project / "typo.db"
     refused(lw("ui", "--port", "0", "--store", str(store), cwd=project), "no store", "typo.db")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -16,6 +17,7 @@ import pytest
 from support.modules import load_sibling
 
 from loopwright import ConfigError
+from loopwright._authority import hash_token
 from loopwright.store import open_store
 from loopwright.web import create_app
 
@@ -26,10 +28,16 @@ def _live() -> ModuleType:
     return load_sibling(__file__, "test_live.py", "_live_helpers_stream_cap")
 
 
-def _open(port: int) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+def _open_as(
+    port: int, headers: dict[str, str]
+) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    conn.request("GET", "/api/events", headers={"Accept": "text/event-stream"})
+    conn.request("GET", "/api/events", headers={"Accept": "text/event-stream", **headers})
     return conn, conn.getresponse()
+
+
+def _open(port: int) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    return _open_as(port, {})
 
 
 def test_a_stream_beyond_the_cap_is_503_with_retry_after(tmp_path: Path) -> None:
@@ -58,8 +66,44 @@ def test_a_stream_beyond_the_cap_is_503_with_retry_after(tmp_path: Path) -> None
                 c.close()
 
 
+@pytest.mark.parametrize("field", ["max_streams", "max_streams_per_person", "max_resumes"])
 @pytest.mark.parametrize("bad", [0, -1, True, 2.5])
-def test_max_streams_must_be_a_count(tmp_path: Path, bad: object) -> None:
+def test_max_streams_must_be_a_count(tmp_path: Path, bad: object, field: str) -> None:
     with pytest.raises(ConfigError) as e:
-        create_app(str(tmp_path / "s.db"), token=TOKEN, max_streams=bad)  # type: ignore[arg-type]
-    assert e.value.field == "max_streams"
+        create_app(str(tmp_path / "s.db"), token=TOKEN, **{field: bad})  # type: ignore[arg-type]
+    assert e.value.field == field
+
+
+def test_one_person_holds_at_most_their_share_of_the_streams(tmp_path: Path) -> None:
+    """Any reader could hold every stream the server keeps, so no one else's page followed the
+    store. In a store with users (every reader signed in) one person (a viewer's token) holds
+    at most ``max_streams_per_person``; another person still gets theirs."""
+    live = _live()
+    store = str(tmp_path / "live.db")
+    s = open_store(store)
+    try:
+        for name in ("vic", "ana"):
+            s.add_user(name, roles=["viewer"], limits={}, by="test", now=time.time())
+            s.set_token(name, hash_token(f"tok-{name}-0123456789"), now=time.time())
+    finally:
+        s.close()
+    app = create_app(store, token=TOKEN, max_streams=10, max_streams_per_person=2)
+    vic, ana = ({"Authorization": f"Bearer tok-{n}-0123456789"} for n in ("vic", "ana"))
+    with live.served(app) as port:
+        opened = [_open_as(port, vic) for _ in range(2)]
+        try:
+            assert [r.status for _, r in opened] == [200, 200]
+            conn, resp = _open_as(port, vic)
+            assert resp.status == 503 and resp.headers["Retry-After"].isdigit()
+            assert "you have 2 event streams open" in json.loads(resp.read())["detail"]
+            conn.close()
+            opened.append(_open_as(port, ana))  # another person: their own share
+            assert opened[-1][1].status == 200
+            assert app.state.messages.streams == 3
+            opened.pop(0)[0].close()  # one of vic's ends: room for another of vic's
+            live.until(lambda: app.state.messages.streams == 2, "the closed stream counted out")
+            opened.append(_open_as(port, vic))
+            assert opened[-1][1].status == 200
+        finally:
+            for c, _ in opened:
+                c.close()

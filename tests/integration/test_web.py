@@ -866,9 +866,11 @@ class _Body:
         return {"type": "http.request", "body": self.chunk, "more_body": self.left > 0}
 
 
-def _asgi_post(app: Any, path: str, body: _Body, headers: dict[str, str]) -> tuple[int, Any]:
+def _asgi_post(
+    app: Any, path: str, body: _Body, headers: dict[str, str], starts: list[Any] | None = None
+) -> tuple[int, Any]:
     """POST ``path`` to ``app`` at the ASGI level (the body streamed from ``body``): the status
-    and the JSON answer."""
+    and the JSON answer (the answer's start message added to ``starts``, when given)."""
     import asyncio
 
     sent: list[dict[str, Any]] = []
@@ -894,6 +896,8 @@ def _asgi_post(app: Any, path: str, body: _Body, headers: dict[str, str]) -> tup
     }
     asyncio.run(app(scope, body, send))
     start = next(m for m in sent if m["type"] == "http.response.start")
+    if starts is not None:
+        starts.append(start)
     raw = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return start["status"], json.loads(raw) if raw.startswith(b"{") else raw.decode()
 
@@ -926,6 +930,31 @@ def test_a_body_over_the_limit_is_refused_unread(parked: tuple[str, str]) -> Non
     assert r.status_code == 413 and "1 MiB" in r.json()["detail"]
     with pytest.raises(lw.ConfigError):
         create_app(store, token=TOKEN, max_body=0)
+
+
+def test_a_chunked_body_a_route_never_reads_closes_the_connection(
+    parked: tuple[str, str],
+) -> None:
+    """docs/ui.md: every request's body is held to ``--max-body-mib``. A chunked body sent to
+    an endpoint that never reads it (a cancel) was answered 200 on a connection kept open, so
+    the client could go on sending past the limit. The answer is the route's, and it closes the
+    connection: the rest is never read."""
+    store, run_id = parked
+    app = create_app(store, token=TOKEN, max_body=64 * 1024)
+    chunked = {
+        "Authorization": f"Bearer {TOKEN}",
+        "Content-Type": "application/json",
+        "Transfer-Encoding": "chunked",
+    }
+    # a body read to its end (a rerun not started) keeps the connection
+    whole, starts = _Body(b'{"at_cycle": 0, "start": false}', 1), []
+    assert _asgi_post(app, f"/api/runs/{run_id}/rerun", whole, chunked, starts)[0] == 200
+    assert (b"connection", b"close") not in starts[0]["headers"]
+    streamed, starts = _Body(b" " * 16384, 12800), []  # 200 MiB, if anyone read it
+    status, _answer = _asgi_post(app, f"/api/runs/{run_id}/cancel", streamed, chunked, starts)
+    assert status == 200
+    assert (b"connection", b"close") in starts[0]["headers"]
+    assert streamed.read <= 64 * 1024 + 16384
 
 
 def test_a_write_is_refused_before_its_body_is_read(client: TestClient) -> None:

@@ -404,9 +404,12 @@ def test_a_write_with_a_token_that_names_nobody_is_recorded_once_per_source(
         now[0] += app.state.sign_ins.window_s  # the next window: the count is recorded
         r = c.post(path, json={}, headers={"Authorization": "Bearer junk"})
         assert r.status_code == 401
-        assert refused()[1:] == [("(unknown token)", "POST", path, 21)]
+        # 20 writes and a sign-in counted: named as several, each in the reason (it was named
+        # as the window's first record's write), and apart from the new write's record
+        several = ("(unknown token)", "refused requests", "dashboard", 21)
+        assert refused()[1:] == [several, ("(unknown token)", "POST", path, None)]
         r = c.post(path, json={}, headers={"Authorization": "Bearer junk"})
-    assert refused()[2:] == [("(unknown token)", "POST", path, 1)]  # at the stop
+    assert refused()[3:] == [("(unknown token)", "POST", path, 1)]  # at the stop
     with lw.Runtime(store) as rt:
         assert rt.store.get_run(run_id).status == "awaiting_approval"  # nothing cancelled
 
@@ -428,7 +431,8 @@ def test_a_write_with_no_token_is_recorded_once_per_source(tmp_path: Path) -> No
         c.cookies.clear()
         assert c.post(path, headers={"Authorization": "Bearer junk"}).status_code == 401
         assert refused()[1:] == [
-            ("(no token)", "POST", path, 5),  # the window over: its count
+            # the window over: its count, of two paths (it was named as the first's alone)
+            ("(no token)", "refused requests", "dashboard", 5),
             ("(unknown token)", "POST", path, None),
         ]
     with lw.Runtime(store) as rt:
@@ -484,5 +488,7 @@ def test_forged_requests_under_a_person_s_name_are_counted_not_recorded_each(
     c.app.state.sign_ins.flush()  # as the server's stop does
     with lw.Runtime(store) as rt:
         [last] = [a for a in rt.store.audit() if a.outcome == "refused"][1:]
-    assert (last.actor, last.action, last.detail["counted"]) == ("ana", "POST", 99)
+    # 49 posts to /act and 50 to /logout: the count names both (it named the first's path)
+    assert (last.actor, last.action, last.detail["counted"]) == ("ana", "refused requests", 99)
+    assert f"POST /logout: 50; POST /runs/{run_id}/act: 49" in last.detail["reason"]
     assert c.get("/api/me").json()["name"] == "ana"  # still signed in, nothing cancelled

@@ -30,10 +30,8 @@ def _web() -> ModuleType:
     return load_sibling(__file__, "test_web.py", "_web_helpers_resume_once")
 
 
-def test_a_burst_of_resumes_starts_one_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store, run_id = _web().make_parked_run(tmp_path)
+def _hold_resumes(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, list[str]]:
+    """Resumes as a stand-in held until the Event is set; the runs it was called for."""
     go, calls = threading.Event(), []
 
     def held_resume(self: lw.Runtime, rid: str, loop: Any) -> None:
@@ -41,6 +39,14 @@ def test_a_burst_of_resumes_starts_one_thread(
         assert go.wait(120)  # released by the test (a guard, not a timing)
 
     monkeypatch.setattr(lw.Runtime, "resume_sync", held_resume)
+    return go, calls
+
+
+def test_a_burst_of_resumes_starts_one_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, run_id = _web().make_parked_run(tmp_path)
+    go, calls = _hold_resumes(monkeypatch)
     c = TestClient(create_app(store, token=TOKEN, identity="oscar"), base_url=LOCAL)
     resumes: list[threading.Thread] = c.app.state.resumes  # type: ignore[attr-defined]
     with lw.Runtime(store) as rt:
@@ -66,3 +72,53 @@ def test_a_burst_of_resumes_starts_one_thread(
     for t in list(resumes):
         t.join(120)
     assert calls == [run_id] * 3
+
+
+def test_the_runs_resumed_at_once_are_bounded_server_wide(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One resume thread per run, but no bound over runs: a signed-in operator could start as
+    many reruns with ``start: true`` as they liked, each a thread running a loop. With
+    ``max_resumes=2`` and two resumes held, a third rerun is 503 with ``Retry-After`` before its
+    fork is made, audited once (the rest counted); a decision is made and its run not resumed.
+    """
+    store, run_id = _web().make_parked_run(tmp_path)
+    go, calls = _hold_resumes(monkeypatch)
+    app = create_app(store, token=TOKEN, identity="oscar", max_resumes=2)
+    c = TestClient(app, base_url=LOCAL)
+    resumes: list[threading.Thread] = app.state.resumes
+    rerun = {"at_cycle": 0, "contract": {}, "start": True}
+    try:
+        for _ in range(2):
+            r = c.post(f"/api/runs/{run_id}/rerun", json=rerun, headers=AUTH)
+            assert r.status_code == 200 and "the run is resuming" in r.json()["message"], r.text
+        with lw.Runtime(store) as rt:
+            runs = len(rt.store.list_runs())
+            before = len(rt.store.audit())
+        for _ in range(3):
+            r = c.post(f"/api/runs/{run_id}/rerun", json=rerun, headers=AUTH)
+            assert r.status_code == 503, r.text
+            assert r.headers["retry-after"] == "30"
+            assert "as many runs as it may at once (2," in r.json()["detail"]
+        r = c.post(f"/api/runs/{run_id}/resume", json={}, headers=AUTH)
+        assert r.status_code == 503, r.text
+        with lw.Runtime(store) as rt:
+            assert len(rt.store.list_runs()) == runs  # no fork made
+            new = rt.store.audit()[before:]
+            aid = rt.pending_approval(run_id).approval_id
+        assert [(a.actor, a.action, a.outcome) for a in new] == [("oscar", "resume", "refused")]
+        r = c.post(f"/api/approvals/{aid}/approve", json={}, headers=AUTH)
+        assert r.status_code == 200, r.text  # the decision is made; no third thread
+        assert r.json()["resume"].startswith("not resumed: this server resumes as many")
+        assert len([t for t in resumes if t.is_alive()]) == 2
+    finally:
+        go.set()
+        for t in list(resumes):
+            t.join(120)
+    assert len(calls) == 2
+    app.state.resumes_refused.flush()  # as the server's stop does: the 3 counted recorded
+    with lw.Runtime(store) as rt:
+        last = rt.store.audit()[-1]
+    assert (last.actor, last.outcome, last.detail.get("counted")) == ("oscar", "refused", 3)
+    assert "resume a rerun's new run: 2" in last.detail["reason"]  # each kind named
+    assert f"resume run {run_id}: 1" in last.detail["reason"]

@@ -104,6 +104,15 @@ def ui(
             "answered 413 without being read.",
         ),
     ] = 1.0,
+    max_resumes: Annotated[
+        int,
+        typer.Option(
+            "--max-resumes",
+            metavar="N",
+            help="Runs resumed in the server's threads at once (default 16); a resume, rerun, "
+            "rollback or edit asking for one more is answered 503 with Retry-After.",
+        ),
+    ] = 16,
 ) -> None:
     """Serve the dashboard and HTTP API.
 
@@ -136,6 +145,9 @@ def ui(
         raise ConfigError(
             f"{max_body_mib} MiB is not a body limit (at least 0.001 MiB)", field="--max-body-mib"
         )
+    if max_resumes < 1:
+        raise ConfigError(f"{max_resumes} is not a number of runs (1 or more)",
+                          field="--max-resumes")  # fmt: skip
     notify_cfg = notify_config(notify, notify_secret, notify_run_ends, public_url)
     sock = _listen(host, port)  # before the store is opened: a refused start touches nothing
     try:
@@ -152,6 +164,7 @@ def ui(
             allowed_hosts=hosts,
             notify=notify_cfg,
             max_body=max_body,
+            max_resumes=max_resumes,
         )
         if notify_cfg is not None:
             typer.echo(notify_line(notify_cfg))

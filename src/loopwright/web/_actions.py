@@ -51,6 +51,8 @@ class ActionDeps:
     require_api_write: Callable[[Request], None]
     resume_later: Callable[[str], str]
     flash: Flash
+    # (who, origin, run id or None, action): 503 when the server resumes all it may at once
+    room_to_resume: Callable[[str, str, str | None, str], None]
 
 
 CYCLES_LISTED = 500
@@ -97,6 +99,8 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         run_id: str, to_cycle: int, who: str, origin: str, resume: bool
     ) -> tuple[RunRecord, str]:
         rec = get(run_id)
+        if resume:  # refused before the rollback when the server has no room to resume it
+            deps.room_to_resume(who, origin, rec.run_id, "resume")
         try:
             loop = loop_of_run(rec)
         except ConfigError:
@@ -151,6 +155,8 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         start: bool,
     ) -> tuple[RunRecord, str, dict[str, Any]]:
         rec = get(run_id)
+        if start:  # refused before the fork is made when the server has no room to start it
+            deps.room_to_resume(who, origin, None, "resume")
         merged = lay_over(rec.contract, changes)
         try:
             refuse_engine_marks(changes)  # (the origin's snapshot may carry it; a person not)

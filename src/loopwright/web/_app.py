@@ -21,7 +21,7 @@ from ._api import Decision, register_api  # noqa: F401  (Decision re-exported)
 from ._auth import Auth, check_token
 from ._cards import register_card_routes, register_part_image_route
 from ._compare_view import register_compare
-from ._context import RESUMING, WebContext  # noqa: F401  (re-exported)
+from ._context import MAX_RESUMES, RESUMING, WebContext, check_max_resumes  # noqa: F401
 from ._guard import (  # noqa: F401  (re-exported: their home before the split)
     CSP,
     FORM_TYPES,
@@ -32,7 +32,7 @@ from ._guard import (  # noqa: F401  (re-exported: their home before the split)
     install_guard,
 )
 from ._http import BodyLimit, Flash, HeadAsGet, HostCheck, check_body_limit
-from ._live import MAX_STREAMS, install_live
+from ._live import MAX_STREAMS, MAX_STREAMS_PER_PERSON, install_live
 from ._notify import NotifyConfig
 from ._pages import register_pages
 from ._people_views import register_people_routes
@@ -97,22 +97,29 @@ def create_app(
     notify: NotifyConfig | None = None,
     max_body: int = MAX_BODY,
     max_streams: int = MAX_STREAMS,
+    max_resumes: int = MAX_RESUMES,
+    max_streams_per_person: int = MAX_STREAMS_PER_PERSON,
 ) -> FastAPI:
     """The dashboard over the store at ``store_url``; ``token`` authorises every mutation (and
     every read when ``require_token_for_reads``); decisions are recorded as ``identity``.
     Requests whose ``Host`` is neither a loopback name nor one of ``allowed_hosts`` get 400.
     ``notify``: webhooks to post when a request appears (``_notify``). A request body over
     ``max_body`` bytes is answered 413 without being read. At most ``max_streams``
-    ``/api/events`` streams are open at once; one more is 503 with ``Retry-After``."""
+    ``/api/events`` streams are open at once, ``max_streams_per_person`` of one person's (a store with users);
+    one more is 503 with ``Retry-After``. At most
+    ``max_resumes`` runs resume in this server's threads at once: a resume, rollback, edit or
+    rerun asking to start one more is 503 with ``Retry-After``."""
     check_token(token)  # before anything is opened: a bad token is one line
     # the name every action is recorded under where the store has no users: loopwright's own
     # (``loopwright``, ``policy:…``) or one that prints as another refused, as a typed --by is
     # (a dashboard started --as loopwright cancelled and rolled back under it)
     check_person(identity, field="identity")
     check_body_limit(max_body)
-    if isinstance(max_streams, bool) or not isinstance(max_streams, int) or max_streams < 1:
-        raise ConfigError(f"{max_streams!r} is not a number of streams (1 or more)",
-                          field="max_streams")  # fmt: skip
+    for n, name in ((max_streams, "max_streams"),
+                    (max_streams_per_person, "max_streams_per_person")):  # fmt: skip
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"{n!r} is not a number of streams (1 or more)", field=name)
+    check_max_resumes(max_resumes)
     hosts = allowed_host_names(allowed_hosts)
     store = open_store(store_url)
     auth = Auth(token, identity, require_token_for_reads=require_token_for_reads, store=store)
@@ -129,6 +136,7 @@ def create_app(
     app.state.store = store
     app.state.resumes = []
     app.state.resuming = {}  # run id -> [asked again], its resume thread alive (_context)
+    app.state.max_resumes = max_resumes
     # Every value a page writes has the characters that reorder text written out (``reveal``);
     # a form's own value is marked ``|exact`` and written as it is.
     env = jinja2.Environment(
@@ -149,7 +157,8 @@ def create_app(
     # Outermost of all: HEAD is the GET of the same address, refused where a GET is, no body.
     app.add_middleware(HeadAsGet)
     # /api/events and the store poller behind it; webhooks when ``notify`` names URLs.
-    install_live(app, store, notify=notify, max_streams=max_streams)
+    install_live(app, store, notify=notify, max_streams=max_streams,
+                 max_streams_per_person=max_streams_per_person)  # fmt: skip
     register_picture_routes(app, store)  # pictures kept as blobs (adapters.openai_images)
 
     url = os.fspath(store_url) if isinstance(store_url, os.PathLike) else store_url
@@ -171,6 +180,7 @@ def create_app(
             ctx.require_api_write,
             ctx.resume_later,
             ctx.flash,
+            ctx.room_to_resume,
         ),
     )
     register_compare(app, store, ctx.page)

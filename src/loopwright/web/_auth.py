@@ -17,7 +17,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from starlette.requests import Request
@@ -31,6 +31,9 @@ __all__ = [
     "MAX_SESSIONS",
     "MIN_TOKEN",
     "NO_TOKEN",
+    "SEVERAL",
+    "SIGN_IN",
+    "TOO_MANY_SESSIONS",
     "UNKNOWN_TOKEN",
     "Auth",
     "RefusedSignIns",
@@ -41,6 +44,8 @@ __all__ = [
 COOKIE = "lw_session"
 MIN_TOKEN = 8
 MAX_SESSIONS = 32  # sessions kept per person: a newer sign-in ends their oldest
+TOO_MANY_SESSIONS = f"signed out: too many sessions (a person keeps their newest {MAX_SESSIONS})"
+_ENDED_KEPT = 1024  # sessions ended by a newer sign-in, remembered to say why (oldest forgotten)
 
 
 def check_token(token: str, field: str = "token") -> None:
@@ -78,6 +83,9 @@ class Auth:
         self._reads = require_token_for_reads
         self._store = store
         self._sessions: dict[str, _Session] = {}
+        # Sessions a newer sign-in ended (``MAX_SESSIONS``), by id: that browser's next visit
+        # to the sign-in page says why it was signed out (it was ended silently).
+        self._ended: dict[str, str] = {}
         self._lock = threading.Lock()
 
     # --- the mode ------------------------------------------------------------------------
@@ -117,7 +125,13 @@ class Auth:
 
     # --- sessions ------------------------------------------------------------------------
     def new_session(self, token: str | None = None) -> str:
-        """A session for whoever ``token`` names (the server identity without one)."""
+        """A session for whoever ``token`` names (the server identity without one); see
+        ``sessions_ended`` for the one it ends when the person has ``MAX_SESSIONS``."""
+        return self.sign_in_session(token)[0]
+
+    def sign_in_session(self, token: str | None = None) -> tuple[str, int]:
+        """A new session's id for whoever ``token`` names, and how many of that person's own
+        sessions it ended (their oldest, beyond ``MAX_SESSIONS``): the caller audits that."""
         name = self.name_for(token) if token is not None else self.identity
         if name is None:
             raise ConfigError("wrong token", field="token")
@@ -129,15 +143,29 @@ class Auth:
             # bound. The oldest of the person's own ends (dicts keep insertion order), never
             # another person's.
             mine = [k for k, v in self._sessions.items() if v.name == name]
-            for old in mine[: max(0, len(mine) - MAX_SESSIONS + 1)]:
+            ended = mine[: max(0, len(mine) - MAX_SESSIONS + 1)]
+            for old in ended:
                 del self._sessions[old]
+                self._ended[old] = TOO_MANY_SESSIONS
+            while len(self._ended) > _ENDED_KEPT:
+                del self._ended[next(iter(self._ended))]
             self._sessions[sid] = _Session(secrets.token_urlsafe(32), name, held)
-        return sid
+        return sid, len(ended)
+
+    def why_ended(self, request: Request) -> str:
+        """Why the request's session was ended by the server (a newer sign-in beyond
+        ``MAX_SESSIONS``), once: ``""`` for any other request."""
+        sid = request.cookies.get(COOKIE, "")
+        if not sid:
+            return ""
+        with self._lock:
+            return self._ended.pop(sid, "")
 
     def end_session(self, request: Request) -> None:
         sid = request.cookies.get(COOKIE, "")
         with self._lock:
             self._sessions.pop(sid, None)
+            self._ended.pop(sid, None)
 
     def _session(self, request: Request) -> _Session | None:
         sid = request.cookies.get(COOKIE)
@@ -222,15 +250,45 @@ def cross_site(request: Request) -> str | None:
 SIGN_IN = ("sign in", "dashboard")
 """What a refused sign-in is recorded as (action, target); the count of those not recorded
 too, writes with a token that named nobody (or with none) among them."""
+SEVERAL = ("refused requests", "dashboard")
+"""What a count is recorded as when the attempts it counted were not all of one (action,
+target): its reason then lists them."""
 UNKNOWN_TOKEN = "(unknown token)"  # who a refusal is recorded under, as the CLI names it
 NO_TOKEN = "(no token)"
+_NAMED = 8  # the distinct (action, target) a count names; the rest are "others"
+_Row = tuple[str, str, int, tuple[str, str], str]  # a record: source, reason, counted, what, who
 
 
 @dataclass(slots=True)
 class _Window:
     start: float
     counted: int = 0
-    what: tuple[str, str] = SIGN_IN  # the first record's (action, target): its count's too
+    # what the attempts counted were, (action, target) -> how many; at most ``_NAMED`` kept
+    whats: dict[tuple[str, str], int] = field(default_factory=dict)
+    others: int = 0  # counted attempts beyond the ``_NAMED`` kinds kept
+
+    def count(self, what: tuple[str, str], n: int = 1) -> None:
+        self.counted += n
+        if what in self.whats or len(self.whats) < _NAMED:
+            self.whats[what] = self.whats.get(what, 0) + n
+        else:
+            self.others += n
+
+    def absorb(self, other: _Window) -> None:
+        for what, n in other.whats.items():
+            self.count(what, n)
+        self.counted += other.others
+        self.others += other.others
+
+    def named(self, counted: str) -> tuple[str, tuple[str, str]]:
+        """The count's reason and (action, target): the one kind counted, else ``SEVERAL``
+        with each kind and its number in the reason."""
+        if len(self.whats) == 1 and not self.others:
+            return counted, next(iter(self.whats))
+        kinds = [f"{a} {t}: {n}" for (a, t), n in self.whats.items()]
+        if self.others:
+            kinds.append(f"others: {self.others}")
+        return f"{counted} ({'; '.join(kinds)})", SEVERAL
 
 
 class RefusedSignIns:
@@ -248,7 +306,15 @@ class RefusedSignIns:
     ``("sign in", "dashboard")``, or the method and path of a write whose bearer token named
     nobody, or that had no token at all, which the same count per source holds (one flood, one
     bound); ``who`` whom it is recorded under (``(unknown token)``, ``(no token)``); ``clock``
-    is monotonic seconds."""
+    is monotonic seconds.
+
+    A count names what it counted: the (action, target) of the attempts counted when they were
+    all one, else ``SEVERAL`` with each (at most 8, then "others") and its number in the
+    reason, ``counted_reason`` then the list (it named the window's first record's action, while
+    the later attempts may have been other paths). A count is recorded with the source's next
+    record only where that record is of the one kind counted; else on its own, just before.
+    The same scheme holds other records one can repeat at will (allowed sign-ins, resumes
+    refused for room): ``counted_reason`` says what a count of them is."""
 
     WINDOW_S = 600.0
     MAX_SOURCES = 4096
@@ -260,14 +326,20 @@ class RefusedSignIns:
         window_s: float = WINDOW_S,
         clock: Callable[[], float] = time.monotonic,
         max_sources: int = MAX_SOURCES,
+        counted_reason: str = "",
     ) -> None:
         self._record = record
         self.window_s = window_s
         self.clock = clock
         self._max = max_sources
+        self.counted_reason = counted_reason or COUNTED
         self._windows: dict[tuple[str, str], _Window] = {}  # by (source, who); oldest first
         self._overflow: _Window | None = None  # the sources beyond ``max_sources``
         self._lock = threading.Lock()
+
+    def _count_of(self, source: str, w: _Window, who: str) -> _Row:
+        reason, what = w.named(self.counted_reason)
+        return (source, reason, w.counted, what, who)
 
     def refused(
         self,
@@ -279,14 +351,14 @@ class RefusedSignIns:
         """A sign-in (or ``what``, by ``who``) from ``source`` refused for ``reason``:
         recorded, or counted."""
         now = self.clock()
-        out: list[tuple[str, str, int, tuple[str, str], str]] = []
+        out: list[_Row] = []
         with self._lock:
             key = (source, who)
             w = self._windows.get(key)
             if w is not None and now - w.start < self.window_s:
-                w.counted += 1
+                w.count(what)
                 return
-            carried = self._windows.pop(key).counted if w is not None else 0
+            old = self._windows.pop(key) if w is not None else None
             # Windows over (the oldest first, as they were opened) close, their counts recorded
             while self._windows:
                 first = next(iter(self._windows))
@@ -294,9 +366,15 @@ class RefusedSignIns:
                     break
                 gone = self._windows.pop(first)
                 if gone.counted:
-                    out.append((first[0], COUNTED, gone.counted, gone.what, first[1]))
+                    out.append(self._count_of(first[0], gone, first[1]))
             if len(self._windows) < self._max:
-                self._windows[key] = _Window(now, what=what)
+                self._windows[key] = _Window(now)
+                carried = 0
+                if old is not None and old.counted:
+                    if set(old.whats) == {what} and not old.others:
+                        carried = old.counted  # with this record: the one kind it counted
+                    else:
+                        out.append(self._count_of(source, old, who))
                 out.append((source, reason, carried, what, who))
             else:
                 # As many sources as are kept, each within its window: this one is counted
@@ -306,25 +384,27 @@ class RefusedSignIns:
                 ov = self._overflow
                 if ov is not None and now - ov.start >= self.window_s:
                     if ov.counted:
-                        out.append((MANY_SOURCES, COUNTED, ov.counted, SIGN_IN, UNKNOWN_TOKEN))
+                        out.append(self._count_of(MANY_SOURCES, ov, UNKNOWN_TOKEN))
                     ov = None
                 if ov is None:
                     ov = self._overflow = _Window(now)
-                ov.counted += 1 + carried
+                ov.count(what)
+                if old is not None:
+                    ov.absorb(old)
         for args in out:
             self._record(*args)
 
     def flush(self) -> None:
         """Record the counts not yet recorded (the server stops)."""
         with self._lock:
-            held = [(s, w.counted, w.what, who) for (s, who), w in self._windows.items()]
+            held = [self._count_of(s, w, who) for (s, who), w in self._windows.items()]
             if self._overflow is not None:
-                held.append((MANY_SOURCES, self._overflow.counted, SIGN_IN, UNKNOWN_TOKEN))
+                held.append(self._count_of(MANY_SOURCES, self._overflow, UNKNOWN_TOKEN))
             self._windows.clear()
             self._overflow = None
-        for source, n, what, who in held:
-            if n:
-                self._record(source, COUNTED, n, what, who)
+        for args in held:
+            if args[2]:
+                self._record(*args)
 
 
 MANY_SOURCES = "http (many sources)"  # where the refusals beyond the windows kept come from

@@ -12,22 +12,48 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from .._authority import why_not_approve
+from .._authority import require, why_not_approve
 from .._contract import TERMINAL_STATUSES
 from .._engine import Runtime
-from .._errors import ConfigError
+from .._errors import ConfigError, NotPermittedError
 from .._redact_logs import masked_logger
 from .._spec import loop_of_run
 from ..store import Approval, RunRecord, Store
 from ._auth import Auth
 from ._http import Flash, origin_of
 
-__all__ = ["ALREADY_RESUMING", "RESUMING", "WebContext"]
+__all__ = [
+    "ALREADY_RESUMING",
+    "MAX_RESUMES",
+    "RESUME_REFUSED_COUNTED",
+    "RESUME_RETRY_AFTER_S",
+    "RESUMING",
+    "WebContext",
+    "check_max_resumes",
+]
 
 log = masked_logger("loopwright.web")
 RESUMING = "the run is resuming"
 ALREADY_RESUMING = "the run is already resuming on this server (no other resume started)"
 _RESUMES_LOCK = threading.Lock()  # app.state.resumes, pruned and added to from request threads
+MAX_RESUMES = 16
+"""Runs this server resumes at once (``create_app(max_resumes=)``), each a thread running its
+loop: a resume, a rerun started at once, a rollback or edit that resumes beyond them is refused
+503 with ``Retry-After``; a decision is made, and its run not resumed (the answer says so)."""
+RESUME_RETRY_AFTER_S = 30
+RESUME_REFUSED_COUNTED = "resumes refused (the server full) counted since the last record from here"
+
+
+def check_max_resumes(n: object) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"{n!r} is not a number of runs (1 or more)", field="max_resumes")
+
+
+def _full(n: int) -> str:
+    return (
+        f"this server resumes as many runs as it may at once ({n}, max_resumes): "
+        "try again when one has stopped"
+    )
 
 
 @dataclass
@@ -114,6 +140,25 @@ class WebContext:
         """Who approved a request that needs several approvers, so far."""
         return [v.by for v in self.store.votes(a.approval_id)]
 
+    def room_to_resume(self, who: str, origin: str, run_id: str | None, action: str) -> None:
+        """Refuse (503 with ``Retry-After``) a resume this server has no room for: as many
+        runs resume in its threads as ``max_resumes`` allows, ``run_id`` (None: a run not made
+        yet, a rerun's) not among them. Checked before the action's change and its record; the
+        refusal is audited once per person and source in a window, the rest counted."""
+        resuming: dict[str, list[bool]] = self.app.state.resuming
+        most: int = self.app.state.max_resumes
+        with _RESUMES_LOCK:
+            if (run_id is not None and run_id in resuming) or len(resuming) < most:
+                return
+        target = f"run {run_id}" if run_id is not None else "a rerun's new run"
+        try:  # one who may not resume is refused (403, audited) by the action's own check
+            require(self.store, who, "operate", action=action, target=target, origin=origin,
+                    record=False)  # fmt: skip
+        except NotPermittedError:
+            return
+        self.app.state.resumes_refused.refused(origin, "the server is full", (action, target), who)
+        raise HTTPException(503, _full(most), headers={"Retry-After": str(RESUME_RETRY_AFTER_S)})
+
     def resume_later(self, run_id: str) -> str:
         """Resume the run in a thread of this server; where one of its threads already resumes
         it, none is started (a burst of resumes or decisions started one each, all but one
@@ -128,6 +173,13 @@ class WebContext:
             if run_id in resuming:
                 resuming[run_id][0] = True  # asked again while it runs
                 return ALREADY_RESUMING
+            most: int = self.app.state.max_resumes
+            if len(resuming) >= most:
+                # No room (a decision's resume, or a resume that found room before another
+                # took it): no thread. Each resume was one, so a signed-in operator could start
+                # as many loops as they liked; ``room_to_resume`` refuses those asked alone.
+                log.warning("run %s not resumed: %d runs resume on this server", run_id, most)
+                return f"not resumed: {_full(most)}"
             resuming[run_id] = [False]
 
         def wanted() -> bool:  # whether the run still waits to go on

@@ -158,7 +158,9 @@ class BodyLimit:
     ``Content-Length`` over it is answered 413 at once, before any route runs or a byte of the
     body is read; a body sent without one (chunked) is counted as it is read and refused the
     moment it passes the limit, the rest unread. Nothing reads a request body but through
-    ``receive``, so no route, form parser or JSON decoder sees more than ``max_body``."""
+    ``receive``, so no route, form parser or JSON decoder sees more than ``max_body``. A chunked
+    body a route answers without reading to its end is not refused (its answer is the route's):
+    that answer closes the connection, so the rest is never read."""
 
     def __init__(self, app: ASGIApp, max_body: int) -> None:
         check_body_limit(max_body)
@@ -188,18 +190,27 @@ class BodyLimit:
             return
         read = 0
         started = False
+        # A body sent without a length (chunked) that the route answers without reading to its
+        # end (a cancel takes none): the answer says ``Connection: close``, so the server reads
+        # no more of it. Kept open, the connection let the client go on sending, unread and
+        # unbounded, past the limit that "every request" is held to.
+        unread = declared is None and any(k == b"transfer-encoding" for k, _ in scope["headers"])
 
         async def limited() -> Message:
-            nonlocal read
+            nonlocal read, unread
             message = await receive()
             if message["type"] == "http.request":
                 read += len(message.get("body", b""))
                 if read > self.max_body:
                     raise _TooLarge(self.detail)
+                unread = unread and message.get("more_body", False)
             return message
 
         async def watched(message: Message) -> None:
             nonlocal started
+            if message["type"] == "http.response.start" and unread:
+                headers = [(k, v) for k, v in message.get("headers", []) if k != b"connection"]
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
             started = started or message["type"] == "http.response.start"
             await send(message)
 

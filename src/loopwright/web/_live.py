@@ -28,7 +28,7 @@ from ._feed import Change, Feed
 from ._notify import Notifier, NotifyConfig
 from ._views import run_summary
 
-__all__ = ["Messages", "approval_brief", "install_live", "sse_message"]
+__all__ = ["MAX_STREAMS_PER_PERSON", "Messages", "approval_brief", "install_live", "sse_message"]
 
 TICK_S = 0.25  # how often a stream looks at the feed's kept changes (in memory, no store read)
 KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing an idle stream
@@ -40,6 +40,12 @@ IDLE_S = 60.0
 MAX_STREAMS = 100
 """Event streams open at once (``create_app(max_streams=)``): each holds a connection and a
 task looking at the feed 4 times a second; one more is answered 503 with ``Retry-After``."""
+MAX_STREAMS_PER_PERSON = 20
+"""Event streams one signed-in person (in a store with users) holds at once
+(``create_app(max_streams_per_person=)``): one person's browser tabs, but not every stream the
+server keeps. Where the store has no users, the one token is the operator's, who may do
+anything: not counted. A reader who is not signed in (loopback, no token needed) is counted in
+``max_streams`` only: there is nobody to count them under."""
 RETRY_AFTER_S = 10
 
 
@@ -67,8 +73,12 @@ class Messages:
     """A feed listener keeping the last ``KEPT`` changes as event-stream text (summaries of
     about a kilobyte, not the records: a run's task can hold whole artifacts)."""
 
-    def __init__(self, max_streams: int = MAX_STREAMS) -> None:
+    def __init__(
+        self, max_streams: int = MAX_STREAMS, per_person: int = MAX_STREAMS_PER_PERSON
+    ) -> None:
         self.max_streams = max_streams
+        self.per_person = per_person
+        self._mine: dict[str, int] = {}  # open streams by person (a store with users)
         self._items: deque[tuple[int, str]] = deque(maxlen=KEPT)
         self._lock = threading.Lock()
         self.last_seq = 0
@@ -87,21 +97,38 @@ class Messages:
             self._last_use = time.monotonic()
             return idle
 
-    def stream_opened(self) -> bool:
-        """Count a stream in; False (nothing counted) when ``max_streams`` are open."""
+    def stream_opened(self, person: str | None = None) -> str:
+        """Count a stream in (for ``person``, signed in, when given): ``""``, or why
+        not (nothing counted) when ``max_streams`` are open, or ``per_person`` of theirs."""
         with self._lock:
             if self._streams >= self.max_streams:
-                return False
+                return (
+                    f"{self.max_streams} event streams are open, the most this server keeps: "
+                    "try again later"
+                )
+            if person is not None:
+                if self._mine.get(person, 0) >= self.per_person:
+                    return (
+                        f"you have {self.per_person} event streams open, the most one reader "
+                        "keeps: close a tab, or try again later"
+                    )
+                self._mine[person] = self._mine.get(person, 0) + 1
             self._streams += 1
-            return True
+            return ""
 
     @property
     def streams(self) -> int:
         with self._lock:
             return self._streams
 
-    def stream_closed(self) -> None:
+    def stream_closed(self, person: str | None = None) -> None:
         with self._lock:
+            if person is not None:
+                left = self._mine.get(person, 0) - 1
+                if left > 0:
+                    self._mine[person] = left
+                else:
+                    self._mine.pop(person, None)
             self._streams -= 1
             self._last_use = time.monotonic()
 
@@ -125,13 +152,15 @@ def install_live(
     notify: NotifyConfig | None = None,
     interval_s: float = 1.0,
     max_streams: int = MAX_STREAMS,
+    max_streams_per_person: int = MAX_STREAMS_PER_PERSON,
 ) -> Feed:
     """Add ``/api/events`` to ``app`` and run the store poller (and the notifier, when
     ``notify`` names URLs) while the app is served. Reads of ``/api/events`` are guarded like
     every other ``/api`` read by the app's middleware. At most ``max_streams`` streams are
-    open at once; one more is 503 with ``Retry-After``."""
+    open at once, ``max_streams_per_person`` of one person's (with users); one more is 503 with
+    ``Retry-After``."""
     feed = Feed(store, interval_s=interval_s)
-    messages = Messages(max_streams)
+    messages = Messages(max_streams, max_streams_per_person)
     feed.listen(messages)
     notifier = Notifier(store, notify) if notify is not None and notify.urls else None
     if notifier is not None:
@@ -180,16 +209,19 @@ def install_live(
 
         # Counted in here, before the answer (not when its body starts: a burst would all find
         # room), and out when the answer ends, however it ends (_Counted).
-        if not messages.stream_opened():
-            raise HTTPException(
-                503,
-                f"{messages.max_streams} event streams are open, the most this server keeps: "
-                "try again later",
-                headers={"Retry-After": str(RETRY_AFTER_S)},
-            )
+        # Counted per person too: one token (a viewer's) held every stream the
+        # server keeps, and no one else's page could follow the store.
+        # (A store without users has one operator, whose token may do anything: not counted.)
+        def reader() -> str | None:  # (store reads: in a thread, not on the event loop)
+            return auth.who(request) if auth.users_mode and auth.signed_in(request) else None
+
+        person = await run_in_threadpool(reader)
+        why = messages.stream_opened(person)
+        if why:
+            raise HTTPException(503, why, headers={"Retry-After": str(RETRY_AFTER_S)})
         return _Counted(
             _stream(request, messages, start, still_allowed),
-            messages.stream_closed,
+            lambda: messages.stream_closed(person),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )

@@ -117,6 +117,7 @@ def act(ctx: WebContext, request: Request, run_id: str, how: str) -> tuple[RunRe
         raise HTTPException(409, f"run {rec.run_id[:12]} already ended ({rec.status})")
     by, where = auth.who(request), origin_of(request)
     if how == "resume":  # cancel is checked (and audited) by the engine
+        ctx.room_to_resume(by, where, rec.run_id, "resume")  # 503: as many resume as may
         try:
             operate(store, by, "resume", f"run {rec.run_id}", origin=where)
         except LoopwrightError as exc:
@@ -161,6 +162,8 @@ def edit_part(
     store, auth = ctx.store, ctx.auth
     by = auth.who(request)
     note = text_field((note or "").strip() or None, "note")
+    if resume:  # refused before the edit when the server has no room to resume the run
+        ctx.room_to_resume(by, origin_of(request), run_id, "resume")
     try:
         # (and why a resume will not judge the edit, as the edit found it)
         done, blocked = Runtime(store)._edit(

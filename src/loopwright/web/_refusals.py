@@ -5,6 +5,7 @@ store that failed is a 503 with one line in the log, not a traceback."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -67,32 +68,39 @@ def install_refusals(app: FastAPI, ctx: WebContext) -> None:
             "accept", ""
         )
 
-    async def refused(request: Request, status: int, detail: Any) -> Response:
+    async def refused(
+        request: Request, status: int, detail: Any, headers: Mapping[str, str] | None = None
+    ) -> Response:
         detail = hide_store(detail)
         if not wants_page(request) or status not in titles:
-            return await http_exception_handler(request, StarletteHTTPException(status, detail))
+            exc = StarletteHTTPException(status, detail, headers=headers)
+            return await http_exception_handler(request, exc)
         referer = urlsplit(request.headers.get("referer", ""))
         back = referer.path + (f"?{referer.query}" if referer.query else "")
         if not back or (referer.netloc and referer.netloc != request.headers.get("host")):
             back = "/"  # only ever back to this dashboard
+        busy = headers is not None and "Retry-After" in headers
         resp = await run_in_threadpool(
             page,
             request,
             "refused.html",
-            title=titles[status],
+            title="Busy: try again later" if busy else titles[status],
             detail=detail if isinstance(detail, str) else _validation_words(detail),
             status=status,
             back=safe_next(back),
         )
         resp.status_code = status
+        resp.headers.update(headers or {})
         return resp
 
     @app.exception_handler(StarletteHTTPException)
     async def refused_page(request: Request, exc: StarletteHTTPException) -> Response:
-        if exc.status_code == 401 or exc.headers:  # sign-in flows keep their own answer
+        busy = exc.headers is not None and "Retry-After" in exc.headers
+        if exc.status_code == 401 or (exc.headers and not busy):  # sign-in flows' own answer
             exc.detail = hide_store(exc.detail)
             return await http_exception_handler(request, exc)
-        return await refused(request, exc.status_code, exc.detail)
+        # (a 503 with Retry-After, the server full: a browser's form gets a page saying so)
+        return await refused(request, exc.status_code, exc.detail, exc.headers)
 
     @app.exception_handler(ConfigError)
     async def bad_input_page(request: Request, exc: ConfigError) -> Response:

@@ -12,11 +12,15 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from .._authority import audit
-from ._auth import COOKIE, RefusedSignIns, cross_site
-from ._context import WebContext
+from ._auth import COOKIE, SIGN_IN, TOO_MANY_SESSIONS, RefusedSignIns, cross_site
+from ._context import RESUME_REFUSED_COUNTED, WebContext
 from ._http import origin_of
 
-__all__ = ["register_sign_in", "safe_next"]
+__all__ = ["SESSION_ENDED", "SIGNED_IN_COUNTED", "register_sign_in", "safe_next"]
+
+SESSION_ENDED = ("end session", "dashboard")  # a person's oldest session, ended by a sign-in
+SIGNED_IN_COUNTED = "sign-ins counted since the last record from here"
+ENDED_COUNTED = "sessions ended by a newer sign-in counted since the last record from here"
 
 
 def safe_next(target: str | None) -> str:
@@ -38,6 +42,32 @@ def register_sign_in(app: FastAPI, ctx: WebContext) -> None:
 
     sign_ins = RefusedSignIns(record_refused)
     app.state.sign_ins = sign_ins
+
+    def record_allowed(
+        source: str, reason: str, counted: int, what: tuple[str, str], who: str
+    ) -> None:
+        if auth.users_mode:
+            extra = {"reason": reason} if reason else {}
+            audit(store, who, what[0], what[1], outcome="allowed", origin=source,
+                  counted=counted or None, **extra)  # fmt: skip
+
+    # Allowed sign-ins, and the sessions they end (a person's beyond MAX_SESSIONS), audited as
+    # refused ones are: once per person and source in a window, the rest counted. A valid
+    # token (a viewer's) signing in again and again wrote a record each, without bound.
+    signed_in = RefusedSignIns(record_allowed, counted_reason=SIGNED_IN_COUNTED)
+    ended_by = RefusedSignIns(record_allowed, counted_reason=ENDED_COUNTED)
+    app.state.signed_ins, app.state.sessions_ended = signed_in, ended_by
+
+    def record_no_room(
+        source: str, reason: str, counted: int, what: tuple[str, str], who: str
+    ) -> None:  # an operator's action refused: audited either way, as ``operate`` does
+        audit(store, who, what[0], what[1], outcome="refused", origin=source, reason=reason,
+              counted=counted or None)  # fmt: skip
+
+    # Resumes refused for room (``WebContext.room_to_resume``): one an operator may repeat at
+    # will, so once per person and source in a window, the rest counted.
+    no_room = RefusedSignIns(record_no_room, counted_reason=RESUME_REFUSED_COUNTED)
+    app.state.resumes_refused = no_room
     inner_lifespan = app.router.lifespan_context
 
     @asynccontextmanager
@@ -45,8 +75,11 @@ def register_sign_in(app: FastAPI, ctx: WebContext) -> None:
         try:
             async with inner_lifespan(a) as state:
                 yield state
-        finally:  # the refused sign-ins counted and not yet recorded
+        finally:  # the sign-ins counted and not yet recorded
             await run_in_threadpool(sign_ins.flush)
+            await run_in_threadpool(signed_in.flush)
+            await run_in_threadpool(ended_by.flush)
+            await run_in_threadpool(no_room.flush)
 
     app.router.lifespan_context = lifespan
 
@@ -56,7 +89,11 @@ def register_sign_in(app: FastAPI, ctx: WebContext) -> None:
         # nobody in and records nothing: an <img> on any page could send one (login CSRF, and a
         # refused sign-in recorded per request), and a URL lands in history and logs.
         error = "Paste the token in the form: a token in a link does not sign in." if token else ""
-        resp = page(request, "login.html", next=safe_next(next), error=error)
+        # A session the server ended (a newer sign-in beyond the person's MAX_SESSIONS): the
+        # browser it was is told why, once, rather than finding itself signed out.
+        resp = page(
+            request, "login.html", next=safe_next(next), error=error, ended=auth.why_ended(request)
+        )
         if token:
             resp.status_code = 400
         return resp
@@ -75,8 +112,11 @@ def register_sign_in(app: FastAPI, ctx: WebContext) -> None:
         if name is None:
             sign_ins.refused(where, "wrong, unknown or revoked token")
             raise HTTPException(403, "wrong, unknown or revoked token")
-        if auth.users_mode:  # sign-ins are audited where people are
-            audit(store, name, "sign in", "dashboard", outcome="allowed", origin=where)
+        # audited where people are: once per person and source in a window, the rest counted
+        signed_in.refused(where, "", SIGN_IN, name)
+        session, ended = auth.sign_in_session(token.strip())
+        if ended:  # their oldest session, ended to keep MAX_SESSIONS: audited, not silent
+            ended_by.refused(where, TOO_MANY_SESSIONS, SESSION_ENDED, name)
         resp = RedirectResponse(safe_next(target), status_code=303)
         # Secure where the browser reached the dashboard over https (the TLS proxy in front
         # says so in X-Forwarded-Proto; `loopwright ui` reads no proxy header, so its scheme is
@@ -86,7 +126,7 @@ def register_sign_in(app: FastAPI, ctx: WebContext) -> None:
         proto = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
         resp.set_cookie(
             COOKIE,
-            auth.new_session(token.strip()),
+            session,
             httponly=True,
             samesite="strict",
             path="/",
