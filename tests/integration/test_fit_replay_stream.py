@@ -237,3 +237,22 @@ def test_a_spill_that_cannot_be_written_is_said_naming_tmpdir(
         assert "No space left on device" in err and "a temporary file in " in err
     with pytest.raises(ConfigError, match="TMPDIR"):
         spill.SpilledRuns(iter_source(runs_file), held_cycles=0)
+
+
+@pytest.mark.parametrize("held", [0, 2, 10_000])
+def test_closed_spilled_runs_count_none_and_refuse_iteration(held: int) -> None:
+    """Closed, a pool counts no run and refuses to be read, at once and in an iteration begun
+    before (it said ``len`` 4 and raised ``I/O operation on closed file``, or, all held in
+    memory, read back nothing as if there were no runs)."""
+    runs = spill.SpilledRuns([_run(i, 2) for i in range(4)], held_cycles=held)
+    assert len(runs) == 4
+    begun = iter(runs)
+    assert next(begun).run_id == _run(0, 2).run_id
+    runs.close()
+    assert len(runs) == 0
+    with pytest.raises(ValueError, match="recorded runs were closed"):
+        iter(runs)
+    with pytest.raises(ValueError, match="recorded runs were closed"):
+        next(begun)
+    runs.close()  # again: nothing
+    assert len(runs) == 0
