@@ -329,3 +329,24 @@ def test_the_code_repair_example_refuses_a_raw_ldb_file(
     assert "loopwright import ldb" in err and "results.jsonl:1" in err
     assert "Traceback" not in err
     assert not store.exists()  # refused before the store, and any run, was made
+
+
+def test_the_summary_line_is_one_line_in_a_pipe(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``loopwright import ldb``'s summary is one line whatever its length when stdout is no
+    terminal (Rich folded it at 80 columns, and a script reading it for ``wrote N task(s)``
+    found half of it)."""
+    from loopwright.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    src = tmp_path / "ldb.jsonl"
+    src.write_text(json.dumps(record()) + "\n", encoding="utf-8")
+    out = tmp_path / ("a-folder-with-a-long-name-" * 3) / "tasks.jsonl"
+    out.parent.mkdir()
+    assert main(["import", "ldb", str(src), "--out", str(out)]) in (0, None)
+    lines = capsys.readouterr().out.splitlines()
+    said = f"wrote 1 task(s) to {out} (round budget: "
+    assert len(said) > 80
+    assert [line for line in lines if line.startswith(said)] == [lines[0]]
+    assert lines[0].endswith("; no visible tests: 0)")
