@@ -115,11 +115,11 @@ class CommitSQL(ReadsSQL):
         run rows locked ``FOR NO KEY UPDATE`` in run_id order, so two batches never deadlock),
         then one ``executemany`` per table. A bad column set, a run twice in the batch, or a
         value the database refuses (a duplicate checkpoint or request, a number out of range)
-        takes the slow path instead: one savepoint per commit, so each failure is its own
-        run's (and a run's later commits in the batch under the same lease token, deltas on the
-        failed one, are not written; one under another token, a new executor's, is). A failure
-        of the database itself (locked, disk full, a lost connection) fails the whole batch, as
-        one transaction."""
+        takes the slow path instead (its run rows locked in run_id order too): one savepoint
+        per commit, so each failure is its own run's (and a run's later commits in the batch
+        under the same lease token, deltas on the failed one, are not written; one under
+        another token, a new executor's, is). A failure of the database itself (locked, disk
+        full, a lost connection) fails the whole batch, as one transaction."""
         if not items:
             return []
         now = time.time()
@@ -149,6 +149,12 @@ class CommitSQL(ReadsSQL):
         # now drives, counting it skipped, not lost).
         failed_runs: dict[tuple[str, int], StoreError] = {}
         with self._tx() as conn:
+            if self._LOCKS:
+                # The batch's run rows locked first, in run_id order (the fast path's
+                # ``_fence_batch``), held to the commit: taken by each commit's update in
+                # batch order, two processes' slow batches holding the same two runs in
+                # opposite orders deadlocked. The commits then go in batch order, as before.
+                self._fence_batch(conn, sorted({it.run_id for it in items}))
             for it in items:
                 first = failed_runs.get((it.run_id, it.token))
                 if first is not None:
