@@ -12,6 +12,7 @@ from .._errors import (
     StoreError,
 )
 from .._record_codec import referred_versions
+from ._protocol_commit import after_failed
 from ._records import CommitRequest, NewApproval, NewEvent, VersionRow
 from ._rows import (
     BatchRefused,
@@ -158,7 +159,7 @@ class CommitSQL(ReadsSQL):
             for it in items:
                 first = failed_runs.get((it.run_id, it.token))
                 if first is not None:
-                    out.append(_after_failed(it, first))
+                    out.append(after_failed(it, first))
                     continue
                 try:
                     with self._savepoint(conn):
@@ -283,18 +284,6 @@ class CommitSQL(ReadsSQL):
                     decided_event(self._approval(row), c.by, c.note, None, now, js),
                 )
         return bool(flag[0])
-
-
-def _after_failed(it: CommitRequest, first: StoreError) -> StoreError:
-    """The refusal of a commit not written because an earlier one of its run under the same
-    lease token failed in the batch: stale, as the earlier was, when its token was."""
-    said = (
-        f"run {it.run_id}: commit of checkpoint {it.seq} not written: an earlier commit of "
-        "this run in the same batch failed"
-    )
-    if isinstance(first, StaleLeaseError):
-        return StaleLeaseError(f"{said} (fencing token {it.token} is stale)")
-    return StoreError(said)
 
 
 def _event_rows(
