@@ -256,3 +256,22 @@ def test_closed_spilled_runs_count_none_and_refuse_iteration(held: int) -> None:
         next(begun)
     runs.close()  # again: nothing
     assert len(runs) == 0
+
+
+def test_fit_stop_says_what_it_wrote_on_one_line_as_named(
+    runs_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``wrote report to PATH`` is one line in a pipe, with the path as given: Rich folded it
+    at 80 columns, and read ``[b]`` in a folder's name as markup (the path printed was not
+    the file written)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    folder = tmp_path / ("a-folder-with-a-long-name-" * 2 + "[b]")
+    folder.mkdir()
+    out = folder / "report.json"
+    assert main(["fit-stop", str(runs_file), "--folds", "3", "--report", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"wrote report to {out}" in lines
+    assert out.is_file()
