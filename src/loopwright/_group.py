@@ -96,11 +96,9 @@ class GroupCommitter:
         for (req, fut), res in zip(batch, results, strict=True):
             if isinstance(res, BaseException):
                 self._note_failed(req, res)
-            if fut.done():
-                continue
-            if isinstance(res, BaseException):
-                fut.set_exception(res)
-            else:
+                if not fut.done():
+                    fut.set_exception(res)
+            elif not fut.done():
                 fut.set_result(res)
 
     def _note_failed(self, req: CommitRequest, exc: BaseException) -> None:
