@@ -82,6 +82,10 @@ class Checkpoints(RuntimeHost):
         if self.group_commit and ex.grouped and (self._active > 1 or ex.pending_commit is not None):
             # Several runs share this loop: queue it into the next group commit; the run
             # waits for durability at its next durability point (``_settle``).
+            if ex.pending_commit is not None and ex.pending_req is not None:
+                # (one not settled yet: kept, so that its failure is undone too)
+                earlier = (ex.pending_req, ex.pending_commit)
+                ex.queued = [*ex.queued, earlier] if ex.queued else [earlier]
             ex.pending_req = req
             ex.pending_commit = self._committer().submit(req)
             ex.seq += 1
@@ -264,21 +268,32 @@ class Checkpoints(RuntimeHost):
         fut = ex.pending_commit
         if fut is None:
             return False
+        earlier = ex.queued
         try:
             cancel = await fut
+            if earlier is not None:
+                _unwritten(earlier, None)  # (each batch ended before the next: all known)
         except StaleLeaseError:
             ex.lost = True
+            _unwritten(earlier, None)  # (read: the run is lost, nothing is undone)
             raise
         except Exception:
-            # Not written: what it carried is still to be written (checkpoints stay contiguous).
+            # Not written: what it carried is still to be written (checkpoints stay contiguous),
+            # with every commit queued after the first that failed (the store writes none of a
+            # run's commits after a failed one: deltas on it).
             req = ex.pending_req
             if req is not None:
-                ex.seq = req.seq - 1
-                ex.events = [*req.events, *ex.events]
-                _unstage(ex, req)
+                lost = _unwritten(earlier, req)
+                ex.seq = lost[0].seq - 1
+                events: list[NewEvent] = []
+                for r in lost:
+                    events += r.events
+                    _unstage(ex, r)
+                ex.events = [*events, *ex.events]
             raise
         finally:
             if ex.pending_commit is fut:
+                ex.queued = None
                 # (``pending_req`` is kept until the next commit replaces it: only read while
                 # ``pending_commit`` is set. Freed here, the requests of a hundred runs went
                 # in one lump a batch, all before any of their next cycles began, and the
@@ -347,6 +362,22 @@ def _masked_request(a: NewApproval) -> NewApproval:
         return a
     what, why, evidence, diff = masked
     return dataclasses.replace(a, what=what, why=why, evidence=evidence, diff=diff)
+
+
+def _unwritten(
+    earlier: list[tuple[CommitRequest, asyncio.Future[bool]]] | None, last: CommitRequest | None
+) -> list[CommitRequest]:
+    """Of a run's commits queued since its last durability point (``earlier``, then ``last``,
+    which failed; None: it was written), those not written: from the first that failed on.
+    Every future of ``earlier`` is read (a failure no one reads is logged by asyncio)."""
+    lost: list[CommitRequest] = []
+    for req, fut in earlier or ():
+        failed = fut.done() and not fut.cancelled() and fut.exception() is not None
+        if lost or failed:
+            lost.append(req)
+    if last is not None:
+        lost.append(last)
+    return lost
 
 
 def _unstage(ex: _Exec, req: CommitRequest) -> None:

@@ -71,6 +71,10 @@ class Execution:
     # What that commit carries (restored if it fails); after it is durable, kept until the
     # next commit (``_settle``) and read only while ``pending_commit`` is set.
     pending_req: CommitRequest | None = None
+    # Commits queued before ``pending_commit`` and not settled since, oldest first, with their
+    # futures: None but where a run commits twice without a durability point between (no
+    # engine path known): a failure of the older is then undone with it (``_settle``).
+    queued: list[tuple[CommitRequest, asyncio.Future[bool]]] | None = None
     grouped: bool = False  # driven by resume: may join group commits
     draining: Callable[[], bool] | None = None  # the runtime is shutting down (``backoff``)
     last_context: Context | None = None  # what the actor saw this cycle (for the reflector)

@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from ._errors import StoreError
 from ._memory import RECALL_RANKED
 from ._recall import RECALL_LIMIT, recall_searches
 from .store import CommitRequest, Store
+from .store._protocol_commit import after_failed
 from .store._records import MemoryFound, MemoryRecall
 
 __all__ = ["GroupCommitter", "GroupRecall"]
@@ -34,6 +36,11 @@ class GroupCommitter:
         self._task: asyncio.Task[None] | None = None
         self.batches = 0
         self.commits = 0
+        # (run_id, token) → the first commit of the run that failed, and why: a later one
+        # queued before the run learnt of it is a delta on it, refused in a later batch as
+        # the store refuses it in the same one (written, the run's checkpoint chain had a
+        # hole). Forgotten when the run commits that checkpoint again (``_settle`` undid it).
+        self._failed: dict[tuple[str, int], tuple[int, StoreError]] = {}
 
     def submit(self, req: CommitRequest) -> asyncio.Future[bool]:
         fut: asyncio.Future[bool] = self.loop.create_future()
@@ -61,6 +68,10 @@ class GroupCommitter:
                 del batch
 
     async def _write(self, batch: list[tuple[CommitRequest, asyncio.Future[bool]]]) -> None:
+        if self._failed:
+            batch = self._after_failed(batch)
+            if not batch:
+                return
         try:
             reqs = [r for r, _ in batch]
             # A batch of one amortises nothing, and a thread costs more than the overlap
@@ -73,7 +84,8 @@ class GroupCommitter:
                 else await asyncio.to_thread(self.store.commit_many, reqs)
             )
         except BaseException as exc:  # the store failed: every waiter learns it
-            for _, fut in batch:
+            for req, fut in batch:
+                self._note_failed(req, exc)
                 if not fut.done():
                     fut.set_exception(exc)
             if isinstance(exc, asyncio.CancelledError):
@@ -81,13 +93,37 @@ class GroupCommitter:
             return
         self.batches += 1
         self.commits += len(batch)
-        for (_, fut), res in zip(batch, results, strict=True):
-            if fut.done():
-                continue
+        for (req, fut), res in zip(batch, results, strict=True):
             if isinstance(res, BaseException):
-                fut.set_exception(res)
-            else:
+                self._note_failed(req, res)
+                if not fut.done():
+                    fut.set_exception(res)
+            elif not fut.done():
                 fut.set_result(res)
+
+    def _note_failed(self, req: CommitRequest, exc: BaseException) -> None:
+        key = (req.run_id, req.token)
+        if isinstance(exc, StoreError) and (
+            key not in self._failed or self._failed[key][0] > req.seq
+        ):
+            self._failed[key] = (req.seq, exc)
+
+    def _after_failed(
+        self, batch: list[tuple[CommitRequest, asyncio.Future[bool]]]
+    ) -> list[tuple[CommitRequest, asyncio.Future[bool]]]:
+        """``batch`` less the commits of runs whose earlier commit failed (each refused)."""
+        kept = []
+        for req, fut in batch:
+            key = (req.run_id, req.token)
+            first = self._failed.get(key)
+            if first is not None:
+                if req.seq > first[0]:
+                    if not fut.done():
+                        fut.set_exception(after_failed(req, first[1], batch=False))
+                    continue
+                del self._failed[key]  # that checkpoint written again: the run goes on from it
+            kept.append((req, fut))
+        return kept
 
     async def close(self) -> None:
         """Wait for what is queued, then stop the committer task."""

@@ -237,3 +237,41 @@ def test_a_spill_that_cannot_be_written_is_said_naming_tmpdir(
         assert "No space left on device" in err and "a temporary file in " in err
     with pytest.raises(ConfigError, match="TMPDIR"):
         spill.SpilledRuns(iter_source(runs_file), held_cycles=0)
+
+
+@pytest.mark.parametrize("held", [0, 2, 10_000])
+def test_closed_spilled_runs_count_none_and_refuse_iteration(held: int) -> None:
+    """Closed, a pool counts no run and refuses to be read, at once and in an iteration begun
+    before (it said ``len`` 4 and raised ``I/O operation on closed file``, or, all held in
+    memory, read back nothing as if there were no runs)."""
+    runs = spill.SpilledRuns([_run(i, 2) for i in range(4)], held_cycles=held)
+    assert len(runs) == 4
+    begun = iter(runs)
+    assert next(begun).run_id == _run(0, 2).run_id
+    runs.close()
+    assert len(runs) == 0
+    with pytest.raises(ValueError, match="recorded runs were closed"):
+        iter(runs)
+    with pytest.raises(ValueError, match="recorded runs were closed"):
+        next(begun)
+    runs.close()  # again: nothing
+    assert len(runs) == 0
+
+
+def test_fit_stop_says_what_it_wrote_on_one_line_as_named(
+    runs_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``wrote report to PATH`` is one line in a pipe, with the path as given: Rich folded it
+    at 80 columns, and read ``[b]`` in a folder's name as markup (the path printed was not
+    the file written)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    folder = tmp_path / ("a-folder-with-a-long-name-" * 2 + "[b]")
+    folder.mkdir()
+    out = folder / "report.json"
+    assert main(["fit-stop", str(runs_file), "--folds", "3", "--report", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"wrote report to {out}" in lines
+    assert out.is_file()

@@ -385,3 +385,68 @@ def test_a_commit_closing_a_request_beside_rejected_digests_dates_it_now(
             assert got.decided_at is not None and got.decided_at >= got.requested_at, got
     finally:
         st.close()
+
+
+@pytest.mark.postgres
+def test_a_slow_batch_locks_its_runs_in_run_id_order(
+    pg_schema: tuple[str, str], pg_url: str
+) -> None:
+    """PostgreSQL: a batch that takes the slow path (here: a run twice in it) locks its run rows
+    in run_id order, as the fast path does, whatever its order: it took each with its commit's
+    update, in batch order, and two processes' slow batches holding the same two runs in
+    opposite orders could deadlock. Shown without timing: the row that sorts first is held by
+    another transaction; the batch, given the other first, must wait for it holding nothing."""
+    import threading
+
+    import psycopg
+    from psycopg import errors, sql
+
+    base, schema = pg_schema
+    a, b = _two_runs(pg_url)
+    lo, hi = sorted((a.run_id, b.run_id))
+    st = open_store(pg_url)
+    holder = psycopg.connect(base)
+    probe = psycopg.connect(base, autocommit=True)
+    try:
+        tokens = {r: st.acquire_lease(r, f"x:1:{r}", 60) for r in (lo, hi)}
+        state = st.latest_checkpoint(lo).state
+        for c in (holder, probe):
+            c.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        holder.execute("SELECT 1 FROM runs WHERE run_id = %s FOR NO KEY UPDATE", (lo,))
+        holder_pid = holder.info.backend_pid
+        batch = [
+            _commit_of(hi, tokens[hi], state, 1),
+            _commit_of(lo, tokens[lo], state, 1),
+            _commit_of(hi, tokens[hi], state, 2),  # a run twice: the slow path
+        ]
+        out: list[object] = []
+        worker = threading.Thread(target=lambda: out.append(st.commit_many(batch)), daemon=True)
+        worker.start()
+        waiting: list[object] = []
+        for _ in range(6000):  # (a hang guard: the batch waits on ``lo`` as soon as it starts)
+            waiting = probe.execute(
+                "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                (holder_pid,),
+            ).fetchall()
+            if waiting:
+                break
+            worker.join(0.01)
+        assert waiting, "the batch never waited for the row held"
+        try:
+            with probe.transaction():
+                probe.execute(
+                    "SELECT 1 FROM runs WHERE run_id = %s FOR NO KEY UPDATE NOWAIT", (hi,)
+                )
+            free = True
+        except errors.LockNotAvailable:
+            free = False
+        holder.rollback()
+        worker.join(60)
+        assert free, f"the batch held {hi} while it waited for {lo}: not in run_id order"
+        assert out == [[False, False, False]]
+        assert [c.seq for c in st.checkpoints(hi)] == [0, 1, 2]
+        assert [c.seq for c in st.checkpoints(lo)] == [0, 1]
+    finally:
+        holder.close()
+        probe.close()
+        st.close()

@@ -89,3 +89,26 @@ def test_a_persons_edit_to_true_over_1_is_a_change(url: str) -> None:
             rt.edit(r.run_id, "doc/a", 1, by="ana")
         rt.edit(r.run_id, "doc/a", True, by="ana")
         assert rt.result(r.run_id).state.values()["doc"]["a"] is True
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "same"),
+    [
+        ({1: "x"}, {True: "x"}, False),  # written {"1": "x"} and {"true": "x"}
+        ({1: "x"}, {1.0: "x"}, False),  # {"1.0": "x"}
+        ({"k": {0: 1}}, {"k": {False: 1}}, False),
+        ({1: "x"}, {1: "x"}, True),
+        ({True: [1]}, {True: [1]}, True),
+        ({1: 1}, {1: True}, False),
+    ],
+)
+def test_keys_equal_in_python_but_written_apart_are_a_change(
+    old: Any, new: Any, same: bool
+) -> None:
+    """``{1: x}`` and ``{True: x}`` are one mapping to Python, two to JSON: what the store
+    writes is what is judged (same_value took them for one value, and ``set_part`` dropped
+    the write)."""
+    assert same_value(old, new) is same
+    state = TaskState(task={})
+    state.set_part("doc", "a", old, 0)
+    assert state.set_part("doc", "a", new, 1) is not same

@@ -374,3 +374,24 @@ def test_a_label_no_task_key_may_hold_is_refused(tmp_path: Path, label: str) -> 
         import_ldb(src, tmp_path / "tasks.jsonl", label=label)
     assert info.value.field == "label"
     assert not (tmp_path / "tasks.jsonl").exists()
+
+
+def test_the_summary_line_is_one_line_in_a_pipe(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``loopwright import ldb``'s summary is one line whatever its length when stdout is no
+    terminal (Rich folded it at 80 columns, and a script reading it for ``wrote N task(s)``
+    found half of it)."""
+    from loopwright.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    src = tmp_path / "ldb.jsonl"
+    src.write_text(json.dumps(record()) + "\n", encoding="utf-8")
+    out = tmp_path / ("a-folder-with-a-long-name-" * 3) / "tasks.jsonl"
+    out.parent.mkdir()
+    assert main(["import", "ldb", str(src), "--out", str(out)]) in (0, None)
+    lines = capsys.readouterr().out.splitlines()
+    said = f"wrote 1 task(s) to {out} (round budget: "
+    assert len(said) > 80
+    assert [line for line in lines if line.startswith(said)] == [lines[0]]
+    assert lines[0].endswith("; no visible tests: 0)")

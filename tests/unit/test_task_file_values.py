@@ -200,3 +200,24 @@ def test_a_tasks_other_fields_json_cannot_hold_are_read_as_stored(tmp_path: Path
         rt.resume_sync(f.run_id, loop)
     assert rec.task == {"artifacts": {"a": {"x": 0}}, **stored}
     assert seen == [stored, stored]  # the run's first execution, and its fork's from the store
+
+
+@pytest.mark.parametrize(
+    ("task", "key"),
+    [
+        ({"id": 7}, "l:7"),
+        ({"id": 0}, "l:#3"),  # passed over: runs have been stored under this key
+        ({"id": ""}, "l:#3"),
+        ({"id": False}, "l:#3"),
+        ({"id": 0, "task_id": "x"}, "l:x"),
+        ({"task_id": 0}, "l:0"),
+        ({"task_key": 0, "id": 5}, "0"),
+        ({}, "l:#3"),
+    ],
+)
+def test_a_lines_task_key_follows_the_documented_rule(task: dict[str, object], key: str) -> None:
+    """The rule docs/concepts.md (Task keys) states: a key changed here would start new runs,
+    paid for again, for tasks already run."""
+    from loopwright.cli._tasks import task_key
+
+    assert task_key("l", task, 2) == key

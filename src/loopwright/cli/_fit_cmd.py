@@ -266,7 +266,8 @@ def _fit_and_say(
     )
     for path, what in ((out, "contract"), (report, "report"), (plot, "plot")):
         if path is not None:
-            con.print(f"wrote {what} to {path}")
+            # one line as written, whatever the width or the path (``import ldb``'s lines)
+            con.print(f"wrote {what} to {path}", markup=False, highlight=False, soft_wrap=True)
     if out is None:
         con.print()
         typer.echo(toml_text, nl=False)

@@ -145,11 +145,16 @@ def import_(
     from ._render import console
 
     budget = "unknown" if report.rounds is None else f"{report.rounds} rounds"
+    # One line each, whatever the width (``soft_wrap``, as ``demo``'s commands): folded at the
+    # console's 80 columns in a pipe, a script reading "wrote N task(s)" found half of it.
     console().print(
         f"wrote {len(report.tasks)} task(s) to {out} (round budget: {budget}; "
         f"no visible tests: {len(report.vacuous)})",
         markup=False,
         highlight=False,
+        soft_wrap=True,
     )
     for line in report.warnings:
-        console(stderr=True).print(f"warning: {line}", markup=False, highlight=False)
+        console(stderr=True).print(
+            f"warning: {line}", markup=False, highlight=False, soft_wrap=True
+        )

@@ -146,7 +146,10 @@ def _read_json(path: Path, where: str) -> Any:
 
 
 def task_key(loop_name: str, task: Mapping[str, Any], index: int, prefix: str = "") -> str:
-    """``task_key`` from the task, else ``<loop>:<id>``, else ``<loop>:#<line>``."""
+    """``task_key`` from the task, else ``<loop>:<id>``, else ``<loop>:#<line>``. An ``id``
+    that is falsy (``0``, ``""``, ``false``) is passed over (then ``task_id``, if not None, as
+    it is): kept so, as runs stored since the first release are keyed so (docs/concepts.md,
+    task keys); keyed otherwise, such a task would be run, and paid for, again."""
     if task.get("task_key") is not None:
         return prefix + str(task["task_key"])
     ident = task.get("id") or task.get("task_id")

@@ -50,6 +50,7 @@ class SpilledRuns:
         self._held: list[RunTrace] = []
         self._fh: IO[bytes] | None = None
         self._n = 0
+        self._closed = False
         cycles = 0
         try:
             for t in runs:
@@ -95,22 +96,41 @@ class SpilledRuns:
         return self._n
 
     def __len__(self) -> int:
+        """How many runs can be read back: none once closed."""
         return len(self._held) + self._n
 
     def __iter__(self) -> Iterator[RunTrace]:
-        yield from self._held
-        fh, at = self._fh, 0
-        for _ in range(self._n):
+        """The runs, one at a time; ``ValueError`` once closed (at once, or at the next run of
+        an iteration begun before: the file is gone, and a pool that went on with the runs
+        held in memory only would pass for all of them)."""
+        self._open()
+        return self._runs(self._held, self._fh, self._n)
+
+    def _runs(self, held: list[RunTrace], fh: IO[bytes] | None, n: int) -> Iterator[RunTrace]:
+        for t in held:
+            self._open()
+            yield t
+        at = 0
+        for _ in range(n):
+            self._open()
             assert fh is not None
             fh.seek(at)
             t = pickle.load(fh)  # (our own file, written above)
             at = fh.tell()
             yield t
 
+    def _open(self) -> None:
+        if self._closed:
+            raise ValueError("these recorded runs were closed: read them again from their source")
+
     def close(self) -> None:
-        self._held = []
-        if self._fh is not None:
-            self._fh.close()
+        """Let go of the runs: the held ones, and the file (gone); ``len`` is 0 after, and an
+        iteration is refused. Closing again does nothing."""
+        self._closed = True
+        self._held, self._n = [], 0
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            fh.close()
 
     def __enter__(self) -> SpilledRuns:
         return self

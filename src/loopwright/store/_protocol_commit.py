@@ -226,3 +226,16 @@ class CommitStore(ApprovalsStore):
             if e.id < before_id and e.kind == "cycle_started" and e.cycle in cycles:
                 out[e.cycle] = out.get(e.cycle, 0) + 1
         return out
+
+
+def after_failed(it: CommitRequest, first: StoreError, batch: bool = True) -> StoreError:
+    """The refusal of a commit not written because an earlier one of its run under the same
+    lease token failed (in the batch; ``batch=False``: in an earlier group commit, whose
+    committer refuses it): stale, as the earlier was, when its token was."""
+    said = (
+        f"run {it.run_id}: commit of checkpoint {it.seq} not written: an earlier commit of "
+        f"this run {'in the same batch' if batch else 'in the group commit'} failed"
+    )
+    if isinstance(first, StaleLeaseError):
+        return StaleLeaseError(f"{said} (fencing token {it.token} is stale)")
+    return StoreError(said)

@@ -12,6 +12,7 @@ from .._errors import (
     StoreError,
 )
 from .._record_codec import referred_versions
+from ._protocol_commit import after_failed
 from ._records import CommitRequest, NewApproval, NewEvent, VersionRow
 from ._rows import (
     BatchRefused,
@@ -115,11 +116,11 @@ class CommitSQL(ReadsSQL):
         run rows locked ``FOR NO KEY UPDATE`` in run_id order, so two batches never deadlock),
         then one ``executemany`` per table. A bad column set, a run twice in the batch, or a
         value the database refuses (a duplicate checkpoint or request, a number out of range)
-        takes the slow path instead: one savepoint per commit, so each failure is its own
-        run's (and a run's later commits in the batch under the same lease token, deltas on the
-        failed one, are not written; one under another token, a new executor's, is). A failure
-        of the database itself (locked, disk full, a lost connection) fails the whole batch, as
-        one transaction."""
+        takes the slow path instead (its run rows locked in run_id order too): one savepoint
+        per commit, so each failure is its own run's (and a run's later commits in the batch
+        under the same lease token, deltas on the failed one, are not written; one under
+        another token, a new executor's, is). A failure of the database itself (locked, disk
+        full, a lost connection) fails the whole batch, as one transaction."""
         if not items:
             return []
         now = time.time()
@@ -149,10 +150,16 @@ class CommitSQL(ReadsSQL):
         # now drives, counting it skipped, not lost).
         failed_runs: dict[tuple[str, int], StoreError] = {}
         with self._tx() as conn:
+            if self._LOCKS:
+                # The batch's run rows locked first, in run_id order (the fast path's
+                # ``_fence_batch``), held to the commit: taken by each commit's update in
+                # batch order, two processes' slow batches holding the same two runs in
+                # opposite orders deadlocked. The commits then go in batch order, as before.
+                self._fence_batch(conn, sorted({it.run_id for it in items}))
             for it in items:
                 first = failed_runs.get((it.run_id, it.token))
                 if first is not None:
-                    out.append(_after_failed(it, first))
+                    out.append(after_failed(it, first))
                     continue
                 try:
                     with self._savepoint(conn):
@@ -277,18 +284,6 @@ class CommitSQL(ReadsSQL):
                     decided_event(self._approval(row), c.by, c.note, None, now, js),
                 )
         return bool(flag[0])
-
-
-def _after_failed(it: CommitRequest, first: StoreError) -> StoreError:
-    """The refusal of a commit not written because an earlier one of its run under the same
-    lease token failed in the batch: stale, as the earlier was, when its token was."""
-    said = (
-        f"run {it.run_id}: commit of checkpoint {it.seq} not written: an earlier commit of "
-        "this run in the same batch failed"
-    )
-    if isinstance(first, StaleLeaseError):
-        return StaleLeaseError(f"{said} (fencing token {it.token} is stale)")
-    return StoreError(said)
 
 
 def _event_rows(
