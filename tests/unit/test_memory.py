@@ -488,6 +488,33 @@ def test_cli_add_list_confirm_forget_propose(
         (["add", "x", "--scope", "team", "--key", "k"], "--scope: must be one of"),
         (["add", "x", "--scope", "task", "--key", "k", "--signal", "meh"], "--signal"),
         (["add", "x", "--scope", "task", "--key", "k", "--rule", "{"], "--rule: not JSON"),
+        # a traceback (RecursionError) from the JSON reader, or from add's encoder
+        (
+            [
+                "add",
+                "x",
+                "--scope",
+                "task",
+                "--key",
+                "k",
+                "--rule",
+                '{"a":' * 5000 + "1" + "}" * 5000,
+            ],
+            "--rule: nested too deeply",
+        ),
+        (
+            [
+                "add",
+                "x",
+                "--scope",
+                "task",
+                "--key",
+                "k",
+                "--rule",
+                '{"a":' * 500 + "1" + "}" * 500,
+            ],
+            "--rule: nested deeper than 100 levels",
+        ),
         (["add", "x", "--scope", "task", "--key", "k", "--strength", "2"], "--strength: must be"),
         (["add", " ", "--scope", "task", "--key", "k"], "TEXT: give the feedback as text"),
         (["add", "x", "--scope", "global", "--key", "k"], "--key: global scope takes no key"),
