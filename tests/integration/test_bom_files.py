@@ -14,7 +14,7 @@ import pytest
 import loopwright as lw
 from loopwright.cli._tasks import load_tasks
 from loopwright.importers.ldb import LdbFormatError, import_ldb
-from loopwright.replay import load_source, read_traces, write_traces
+from loopwright.replay import load_contract, load_source, read_traces, write_traces
 
 ROOT = Path(__file__).resolve().parents[2]
 GPT35 = ROOT / "tests" / "data" / "ldb" / "humaneval" / "gpt-3.5-turbo-0613" / "results.jsonl"
@@ -97,3 +97,14 @@ def test_a_bom_past_the_first_line_of_a_trace_file_is_refused(
     with pytest.raises(lw.ConfigError) as info:
         list(read_traces(joined))
     assert "line 2" in str(info.value) and "byte-order mark" in str(info.value), info.value
+
+
+def test_a_contract_file_with_a_bom_reads_as_without(tmp_path: Path) -> None:
+    """As a loop spec (which read past a mark already): ``replay --contract`` refused it as
+    "not valid TOML: Invalid statement (at line 1, column 1)"."""
+    text = b"[contract.budget]\nmax_cycles = 3\n"
+    plain, marked = tmp_path / "c.toml", tmp_path / "cm.toml"
+    plain.write_bytes(text)
+    marked.write_bytes(BOM + text)
+    assert load_contract(marked) == load_contract(plain)
+    assert load_contract(marked).budget.max_cycles == 3
