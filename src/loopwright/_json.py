@@ -485,6 +485,14 @@ def json_lines(
     chunks, so its ``UnicodeDecodeError`` came up lines before the bad one, naming the wrong
     line. The run-trace and LDB readers read through this one loop."""
     for n, raw in enumerate(lines, 1):
+        if n == 1:
+            raw = without_bom(raw)
+        elif raw.startswith(_BOM):  # JSON's own words: "decode using utf-8-sig"
+            raise JsonLineError(
+                n,
+                "starts with a byte-order mark (U+FEFF), which only a file's start may hold "
+                "(two files joined?): remove it",
+            )
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -505,6 +513,16 @@ def json_lines(
         if _SURROGATE_ESCAPE.search(text) and (bad := lone_surrogate(value)) is not None:
             raise JsonLineError(n, f"holds a lone surrogate ({bad}), which is not text")
         yield n, value
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def without_bom(first: bytes) -> bytes:
+    """A file's first line without a leading UTF-8 byte-order mark (Windows editors write one;
+    JSON's reader refused it in its own words, "decode using utf-8-sig"). A mark is not a
+    mistake, as in a tasks file or a spec."""
+    return first[len(_BOM) :] if first.startswith(_BOM) else first
 
 
 def _bare_cr(line: str) -> str:

@@ -154,7 +154,7 @@ class MemoryItem:
             scope=cast("Scope", data["scope"]),
             scope_key=str(data.get("scope_key") or ""),
             signal=cast("Signal", data["signal"]),
-            strength=float(data["strength"]),
+            strength=float(data["strength"]) + 0.0,  # a -0.0 stored before: read as 0.0
             text=str(data["text"]),
             rule=dict(rule) if rule is not None else None,
             source=dict(data.get("source") or {}),
@@ -261,16 +261,70 @@ def _check_name(value: object, name: str) -> str:
     return value.strip()
 
 
+# Deeper rules and sources are refused: JSON's encoder (and the store's masking) recurse, and
+# Python's stack ends near 1,000 levels (a RecursionError, not a ConfigError); the tasks
+# file's bound (``cli/_tasks.MAX_DEPTH``).
+MAX_DEPTH = 100
+
+# The names a held-out marker goes by, compared lower-cased with ``-`` and spaces read as ``_``:
+# the task's reserved key (``_actor_context.HELD_OUT_KEY``) and a check's flag.
+_HELD_OUT_NAMES = frozenset({"held_out", "heldout"})
+
+
+def _check_depth(value: object, name: str) -> None:
+    """Refuse ``value`` nested deeper than ``MAX_DEPTH`` (a cycle is too): one iterative walk,
+    depth first, so it stops at the first branch too deep, whatever the value's breadth."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, Mapping | list | tuple):
+            if d > MAX_DEPTH:
+                raise ConfigError(f"nested deeper than {MAX_DEPTH} levels", field=name)
+            items = v.values() if isinstance(v, Mapping) else v
+            stack.extend((x, d + 1) for x in items)
+
+
+def _held_out_at(value: Any) -> str | None:
+    """Where a JSON value (dicts, lists, scalars: what ``_check_json`` returns) holds a
+    held-out marker: a key named ``held_out`` (any case; ``held-out``, ``heldOut``) whose value
+    is not empty or false, at any depth (``verdicts[0].held_out``); None where none does. One
+    iterative walk, each value visited once; ``_check_json`` bounds the depth."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        v, at = stack.pop()
+        if isinstance(v, dict):
+            for k, x in v.items():
+                here = f"{at}.{k}" if at else str(k)
+                if x and str(k).lower().replace("-", "_").replace(" ", "_") in _HELD_OUT_NAMES:
+                    return here
+                if isinstance(x, dict | list):
+                    stack.append((x, here))
+        elif isinstance(v, list):
+            stack.extend((x, f"{at}[{i}]") for i, x in enumerate(v) if isinstance(x, dict | list))
+    return None
+
+
 def _check_json(value: object, name: str) -> dict[str, Any] | None:
     if value is None:
         return None
     if not isinstance(value, Mapping):
         raise ConfigError(f"must be a JSON object (a dict), not {type(value).__name__}", field=name)
+    _check_depth(value, name)
     try:
         text = json.dumps(dict(value), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"must be JSON-serialisable ({exc})", field=name) from None
     return cast("dict[str, Any]", json.loads(text))
+
+
+def _no_held_out(value: Any, name: str) -> None:
+    """Invariant 3's screen of what ``add`` keeps: a rule or source holding a held-out marker
+    anywhere is refused (docs/memory.md says what it does and does not catch)."""
+    at = _held_out_at(value)
+    if at is not None:
+        raise ConfigError(
+            f"held-out verdicts never enter memory ({name} marked held out at {at})", field=name
+        )
 
 
 class FeedbackMemory:
@@ -333,6 +387,7 @@ class FeedbackMemory:
         # (a correction quoting a key, a reflection echoing one) is masked first.
         text = redact_text(text.strip())
         rule_obj = redact(_check_json(rule, "rule"))
+        _no_held_out(rule_obj, "rule")
         if not text and not rule_obj:
             raise ConfigError("give the feedback as text or as a rule", field="text")
         if len(text) > MAX_TEXT_CHARS:
@@ -342,10 +397,7 @@ class FeedbackMemory:
                 field="text",
             )
         source_obj = redact(_check_json(source, "source") or {})
-        if source_obj.get("held_out"):
-            raise ConfigError(
-                "held-out verdicts never enter memory (source marked held_out)", field="source"
-            )
+        _no_held_out(source_obj, "source")
         by = _check_name(by, "by")
         if strength is None:
             strength = DEFAULT_STRENGTH[signal]
@@ -362,7 +414,7 @@ class FeedbackMemory:
             scope=scope,
             scope_key=scope_key,
             signal=signal,
-            strength=float(strength),
+            strength=float(strength) + 0.0,  # -0.0 is 0.0: stored and printed as 0
             text=text,
             rule=rule_obj,
             source=source_obj,

@@ -118,7 +118,9 @@ _SHAPES = re.compile(
     r"|(?P<query>[?&;](?i:[a-z0-9_.-]*(?:passw(?:or)?d|pwd|token|secret|api[_-]?key|signature"
     r"|authorization)"
     r"|key|auth|sig)=)"
-    r"(?!\*\*\*)[^&#\s\"']+"
+    # the value to the next ``&``, ``#``, space or quote; a ``:`` ending it before a space is
+    # the sentence's (``GET …?api_key=…: [Errno 111]``), not the value's, and is kept
+    r"(?!\*\*\*)(?:[^&#\s\"':]++|:(?!\s))++"
     r"|(?P<bearer>" + _W + r"(?i:bearer)(?:\s++|\s*+[:=]\s*+))(?!\*\*\*)[A-Za-z0-9._~+/=-]{8,}"
     # Authorization: <any scheme> <credentials> (Basic, Token, Bearer, …); the scheme is taken
     # whole (possessive) so that an already masked value stays as it is

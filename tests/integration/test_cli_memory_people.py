@@ -9,6 +9,7 @@ record the token's user, and are audited either way."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from test_cli_run_requester import cli
@@ -186,3 +187,70 @@ def test_a_refused_confirm_or_forget_is_in_the_audit_log(
         )
         assert said in last.detail["reason"]
     assert {i.memory_id: i.status for i in _items(url)}[gone.memory_id] == "forgotten"
+
+
+@pytest.mark.parametrize(
+    ("args", "said", "field"),
+    [
+        (("--scope", "team", "--key", "T-1"), "must be one of", "--scope"),
+        (("--scope", "task", "--key", "T-1", "--rule", "{"), "not JSON", "--rule"),
+        (("--scope", "task", "--key", "T-1", "--rule", "[1]"), "a JSON object", "--rule"),
+        (("--scope", "task", "--key", "T-1", "--signal", "meh"), "must be one of", "--signal"),
+        (("--scope", "task"), "needs the task key", "--key"),
+        (("--scope", "task", "--key", "T-1", "--strength", "2"), "[0, 1]", "--strength"),
+        (("--scope", "task", "--key", "T-1", "--rule", '{"a": {"held_out": 1}}'), "held", "--rule"),
+    ],
+)
+def test_a_memory_add_refused_for_its_input_is_in_the_audit_log(
+    url: str,
+    users: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    args: tuple[str, ...],
+    said: str,
+    field: str,
+) -> None:
+    """Outside probe, stop 51: in a store with users a ``memory add`` refused for a token or a
+    role was audited, one refused for its input (a scope, a rule) was not; a refused confirm or
+    forget is. Every refused attempt is recorded, under the token's user, with the reason."""
+    with lw.Runtime(url) as rt:
+        before = len(rt.store.audit())
+    code, out, err = cli(
+        capsys, "memory", "add", "never pay", *args, "--token", users["rita"], "--store", url
+    )
+    assert code == 2 and said in err and f"{field}:" in err, err
+    assert out == ""
+    with lw.Runtime(url) as rt:
+        new = rt.store.audit()[before:]
+    assert [(a.actor, a.action, a.target, a.outcome) for a in new] == [
+        ("rita", "memory add", "memory", "refused")
+    ]
+    assert said in new[0].detail["reason"] and field in new[0].detail["reason"]
+    assert _items(url) == []
+
+
+def test_a_memory_add_refused_for_its_input_creates_no_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The input is checked before the store is opened as it was: a refused add leaves no new
+    store behind (a new store has no users, so there is no one to record it for)."""
+    db = tmp_path / "new.db"
+    code, _, err = cli(capsys, "memory", "add", "x", "--scope", "team", "--store", str(db))
+    assert code == 2 and "--scope: must be one of" in err, err
+    assert not db.exists()
+
+
+def test_a_memory_propose_refused_for_its_input_is_in_the_audit_log(
+    url: str, users: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As an add: ``memory propose --min-projects 1`` was refused and not recorded."""
+    with lw.Runtime(url) as rt:
+        before = len(rt.store.audit())
+    code, _, err = cli(
+        capsys, "memory", "propose", "--min-projects", "1", "--token", users["rita"], "--store", url
+    )
+    assert code == 2 and "--min-projects: must be" in err, err
+    with lw.Runtime(url) as rt:
+        new = rt.store.audit()[before:]
+    assert [(a.actor, a.action, a.target, a.outcome) for a in new] == [
+        ("rita", "memory propose", "memory", "refused")
+    ]

@@ -107,3 +107,54 @@ def test_no_out_is_written_over_an_input(
         err = capsys.readouterr().err
         assert f"{option}: " in err and "is an input of this command" in err, (argv, err)
         assert target.read_bytes() == inputs[target], argv
+
+
+def test_no_out_is_written_over_a_live_stores_companion_files(
+    store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside probe, stop 51: the guard above knew the database's own header only; an
+    ``--out`` naming ``s.db-wal`` of a live store (a worker has it open) wrote over its
+    write-ahead log, corrupting it. A companion is refused by its name beside the database
+    (an empty ``-wal``, one not there yet) and by its first bytes (a copy under another name)."""
+    monkeypatch.chdir(tmp_path)
+    with lw.Runtime(store) as rt:  # open: its -wal and -shm are there, the -wal not empty
+        rt.run_sync(rejecting_loop(1, lambda n: {"p": f"more {n}"}), {"goal": "g"}, task_key="j")
+        wal, shm = Path(store + "-wal"), Path(store + "-shm")
+        assert wal.stat().st_size > 0 and shm.stat().st_size > 0
+        copy = tmp_path / "wal-copy.bin"
+        copy.write_bytes(wal.read_bytes())
+        cases = [
+            (wal, "write-ahead log of the SQLite database"),
+            (shm, "shared-memory index of the SQLite database"),
+            (Path(store + "-journal"), "rollback journal of the SQLite database"),  # not there
+            (copy, "write-ahead log of an SQLite database"),
+        ]
+        status = rt.store.get_run("j").status
+        for target, said in cases:
+            before = _kept(target)
+            for option, argv in _commands(store, tmp_path, str(target)):
+                assert main(argv) == 2, argv
+                err = capsys.readouterr().err
+                assert f"{option}: {target} is the {said}" in err, (argv, err)
+                assert _kept(target) == before, argv
+        assert rt.store.get_run("j").status == status  # the store is intact
+    with lw.Runtime(store) as rt:
+        assert {r.task_key for r in rt.store.list_runs()} == {"k", "j"}
+
+
+def test_a_file_named_like_a_companion_of_no_database_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The name alone refuses nothing: ``notes.db-wal`` beside no database is a file to write."""
+    out = tmp_path / "notes.db-wal"
+    assert main(["import", "ldb", str(LDB), "--out", str(out)]) == 0, capsys.readouterr().err
+    assert out.stat().st_size > 0
+
+
+def _kept(path: Path) -> bytes | None:
+    """What of ``path`` a write over it would change: its bytes (a shared-memory index's size
+    and version only: a reader of the store may move its read marks), None where it is not."""
+    if not path.exists():
+        return None
+    data = path.read_bytes()
+    return len(data).to_bytes(8, "big") + data[:4] if path.name.endswith("-shm") else data

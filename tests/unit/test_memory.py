@@ -488,6 +488,33 @@ def test_cli_add_list_confirm_forget_propose(
         (["add", "x", "--scope", "team", "--key", "k"], "--scope: must be one of"),
         (["add", "x", "--scope", "task", "--key", "k", "--signal", "meh"], "--signal"),
         (["add", "x", "--scope", "task", "--key", "k", "--rule", "{"], "--rule: not JSON"),
+        # a traceback (RecursionError) from the JSON reader, or from add's encoder
+        (
+            [
+                "add",
+                "x",
+                "--scope",
+                "task",
+                "--key",
+                "k",
+                "--rule",
+                '{"a":' * 5000 + "1" + "}" * 5000,
+            ],
+            "--rule: nested too deeply",
+        ),
+        (
+            [
+                "add",
+                "x",
+                "--scope",
+                "task",
+                "--key",
+                "k",
+                "--rule",
+                '{"a":' * 500 + "1" + "}" * 500,
+            ],
+            "--rule: nested deeper than 100 levels",
+        ),
         (["add", "x", "--scope", "task", "--key", "k", "--strength", "2"], "--strength: must be"),
         (["add", " ", "--scope", "task", "--key", "k"], "TEXT: give the feedback as text"),
         (["add", "x", "--scope", "global", "--key", "k"], "--key: global scope takes no key"),
@@ -539,3 +566,96 @@ def test_feedback_memory_refuses_a_runtime(tmp_path: Path) -> None:
     with lw.Runtime(str(tmp_path / "s.db")) as rt, pytest.raises(lw.ConfigError) as err:
         FeedbackMemory(rt)  # type: ignore[arg-type]
     assert "runtime.store" in str(err.value)
+
+
+# --- invariant 3's screen, at any depth (outside probe, stop 51) -----------------------------
+@pytest.mark.parametrize(
+    ("kwargs", "at"),
+    [
+        ({"source": {"held_out": True}}, "held_out"),
+        ({"source": {"verdicts": [{"held_out": True}]}}, "verdicts[0].held_out"),
+        ({"source": {"a": {"b": [1, {"c": {"Held-Out": "yes"}}]}}}, "a.b[1].c.Held-Out"),
+        ({"source": {"task": {"held_out": {"tests": "assert f() == 1"}}}}, "task.held_out"),
+        ({"source": {"x": [[{"heldOut": 1}]]}}, "x[0][0].heldOut"),
+        ({"rule": {"expected": {"held_out": {"answer": 42}}}}, "expected.held_out"),
+        ({"rule": {"checks": [{"name": "audit", "held_out": True}]}}, "checks[0].held_out"),
+    ],
+)
+def test_add_refuses_held_out_material_nested_anywhere(
+    mem: FeedbackMemory, kwargs: dict[str, Any], at: str
+) -> None:
+    """``{"verdicts": [{"held_out": true}]}`` was accepted: only the source's top level was
+    looked at, and a rule (which, unlike the source, a later actor is shown) not at all."""
+    field = next(iter(kwargs))
+    with pytest.raises(lw.ConfigError) as info:
+        mem.add(scope="task", scope_key="t", signal="correction", text="ok", by="a", **kwargs)
+    assert info.value.field == field
+    assert f"marked held out at {at}" in str(info.value)
+    assert mem.list(status=None) == []
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"held_out": False},
+        {"held_out": []},
+        {"verdicts": [{"held_out": 0}], "note": "held_out"},
+        {"checks": ["held_out"]},
+        {"held_out_count": 3},
+    ],
+)
+def test_add_keeps_what_is_not_a_held_out_marker(
+    mem: FeedbackMemory, value: dict[str, Any]
+) -> None:
+    it = mem.add(
+        scope="task", scope_key="t", signal="edit", text="", rule=value, source=value, by="a"
+    )
+    assert (it.rule, it.source) == (value, value)
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    """``{"a": {"a": …}}``, ``depth`` levels."""
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("field", ["rule", "source"])
+def test_add_refuses_a_value_nested_too_deeply_in_one_line(mem: FeedbackMemory, field: str) -> None:
+    """A rule nested 5,000 deep was Python's RecursionError from inside ``json.dumps`` (a
+    traceback); a cycle is refused as too deep too."""
+    deep = _nested(5000)
+    ring: dict[str, Any] = {}
+    ring["self"] = [ring]
+    for value in (deep, ring):
+        with pytest.raises(lw.ConfigError) as info:
+            mem.add(scope="task", scope_key="t", signal="edit", text="ok", by="a", **{field: value})
+        assert info.value.field == field
+        assert "nested deeper than 100 levels" in str(info.value)
+    ok = _nested(100)
+    assert (
+        mem.add(scope="task", scope_key="t", signal="edit", text="ok", by="a", rule=ok).rule == ok
+    )
+
+
+def test_a_negative_zero_strength_is_zero(mem: FeedbackMemory, store: SQLiteStore) -> None:
+    """``strength=-0.0`` was stored and printed as ``-0.0`` (``-0.00`` in the list)."""
+    it = mem.add(scope="task", scope_key="t", signal="edit", text="ok", by="a", strength=-0.0)
+    assert str(it.strength) == "0.0"
+    [row] = store.memory_query(memory_id=it.memory_id)
+    assert str(row["strength"]) == "0.0"
+    assert str(MemoryItem.from_dict({**it.to_dict(), "strength": -0.0}).strength) == "0.0"
+
+
+def test_cli_prints_a_negative_zero_strength_as_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "s.db"
+    code, out, err = _cli(
+        capsys, db, "add", "x", "--scope", "task", "--key", "t", "--strength", "-0.0", "--json"
+    )
+    assert code == 0, err
+    assert '"strength": 0.0' in out and "-0.0" not in out
+    code, out, _ = _cli(capsys, db, "list")
+    assert "strength 0.00" in out and "-0.00" not in out

@@ -981,3 +981,24 @@ def test_the_clean_scan_asks_for_no_value_pattern_when_no_secret_value_is_known(
     assert _redact._clean_text(text, (), _redact.SECRET_FIELDS, pats) is True
     keyed = '{"m":"sk-proj-abcdefghijklmnop"}'
     assert _redact._clean_text(keyed, (), _redact.SECRET_FIELDS, pats) is False
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        # the ``:`` a message puts after a URL is the message's (outside probe, stop 51)
+        (
+            "GET https://h.example/v1?api_key=sk12345678abcdef: [Errno 111] Connection refused",
+            "GET https://h.example/v1?api_key=***: [Errno 111] Connection refused",
+        ),
+        ("https://h/x?token=abcdefgh12345678:\tnext", "https://h/x?token=***:\tnext"),
+        ("https://h/x?sig=ab::cd:: x", "https://h/x?sig=***: x"),
+        # a ``:`` inside the value, or ending the text, may be the value's: masked with it
+        ("https://h/x?token=abc:def more", "https://h/x?token=*** more"),
+        ("https://h/x?api_key=abcdefgh12345678:", "https://h/x?api_key=***"),
+        ("https://h/x?secret=a:b:c&x=1", "https://h/x?secret=***&x=1"),
+    ],
+)
+def test_a_query_value_is_masked_without_the_colon_after_it(text: str, masked: str) -> None:
+    assert redact_text(text) == masked
+    assert redact_text(masked) == masked  # masking again changes nothing

@@ -100,18 +100,40 @@ def _audited(st: Store, who: str, action: str, it: MemoryItem) -> None:
               scope_key=it.scope_key or None, status=it.status)  # fmt: skip
 
 
+def _add_input(scope: str, signal: str, rule: str | None) -> dict[str, Any] | None:
+    """``memory add``'s choices checked and its ``--rule`` read (``FeedbackMemory.add``
+    checks the rest)."""
+    _choice(scope, MEMORY_SCOPES, "--scope")
+    _choice(signal, MEMORY_SIGNALS, "--signal")
+    if rule is None:
+        return None
+    try:
+        rule_obj = json.loads(rule)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"not JSON: {exc.msg}", field="--rule") from None
+    except RecursionError:
+        raise ConfigError("nested too deeply", field="--rule") from None
+    except ValueError:  # an integer past the int-from-text limit
+        raise ConfigError("a number has too many digits to read", field="--rule") from None
+    if not isinstance(rule_obj, dict):
+        raise ConfigError("must be a JSON object", field="--rule")
+    return cast("dict[str, Any]", rule_obj)
+
+
 @contextmanager
 def _refusal_audited(st: Store, who: str, action: str, memory_id: str) -> Iterator[None]:
-    """A change of an item refused (its adder confirming it, a forgotten item confirmed, an
-    unknown id), recorded as refused with the reason, in a store with users: every attempt
-    there is in the audit log, allowed or refused (docs/permissions.md)."""
+    """A change refused (an add's input, its adder confirming an item, a forgotten item
+    confirmed, an unknown id), recorded as refused with the reason, in a store with users:
+    every attempt there is in the audit log, allowed or refused (docs/permissions.md).
+    ``memory_id``: the item's ("" for an add: the target is ``memory``)."""
     try:
         yield
     except LoopwrightError as exc:
         if st.has_users():
             from .._authority import audit
 
-            audit(st, who, action, f"memory {memory_id}", outcome="refused", origin="cli",
+            target = f"memory {memory_id}" if memory_id else "memory"
+            audit(st, who, action, target, outcome="refused", origin="cli",
                   reason=str(exc))  # fmt: skip
         raise
 
@@ -244,33 +266,42 @@ def add(
     """Add feedback (task or project scope: active at once; global: a candidate).
 
     A global item is never active until a person confirms it."""
-    _choice(scope, MEMORY_SCOPES, "--scope")
-    _choice(signal, MEMORY_SIGNALS, "--signal")
-    rule_obj: Any = None
-    if rule is not None:
-        try:
-            rule_obj = json.loads(rule)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"not JSON: {exc.msg}", field="--rule") from None
-        if not isinstance(rule_obj, dict):
-            raise ConfigError("must be a JSON object", field="--rule")
+    bad: ConfigError | None = None
+    try:
+        rule_obj = _add_input(scope, signal, rule)
+    except ConfigError as exc:
+        bad, rule_obj = exc, None
     # A mistyped --store must not leave a new store nobody reads: a missing folder is refused,
-    # and a store created now (memory may come before any run) is said.
-    st, created = open_or_create(store)
+    # and a store created now (memory may come before any run) is said. An add refused for its
+    # input creates none (a new store has no users: no one to record it for).
+    try:
+        st, created = open_or_create(store, refuse_new=None if bad is None else str(bad))
+    except LoopwrightError:
+        if bad is not None:
+            raise bad from None
+        raise
     with st:
         if created:
             sys.stderr.write(f"created the store {created}\n")
         who = _person(st, by, token, "memory add")
         me = _me(st)
-        with as_options(
-            scope="--scope",
-            scope_key="--key",
-            signal="--signal",
-            text="TEXT",
-            rule="--rule",
-            by="--by",
-            strength="--strength",
+        # In a store with users an add refused for what it asked (a scope, a rule, a text) is
+        # recorded refused with the reason, as a refused confirm or forget is; the token and
+        # role refusals before it are recorded by ``_person``.
+        with (
+            _refusal_audited(st, who, "memory add", ""),
+            as_options(
+                scope="--scope",
+                scope_key="--key",
+                signal="--signal",
+                text="TEXT",
+                rule="--rule",
+                by="--by",
+                strength="--strength",
+            ),
         ):
+            if bad is not None:
+                raise bad
             it = FeedbackMemory(st).add(
                 scope=cast("Scope", scope),
                 scope_key=key,
@@ -339,7 +370,10 @@ def propose(
     with open_existing(store) as st:
         who = _person(st, None, token, "memory propose")
         me = _me(st)
-        with as_options(min_projects="--min-projects"):
+        with (
+            _refusal_audited(st, who, "memory propose", ""),
+            as_options(min_projects="--min-projects"),
+        ):
             items = FeedbackMemory(st).propose_global(min_projects=min_projects)
         for it in items:
             _audited(st, who, "memory propose", it)

@@ -127,22 +127,54 @@ RequestOpt = Annotated[
 
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+# The first bytes of a database's companion files, and what each is called: a write-ahead log
+# (its magic, either byte order of its checksums), a WAL's shared-memory index (the version
+# 3007000 in the writer's byte order) and a rollback journal.
+_COMPANION_MAGIC = (
+    (b"\x37\x7f\x06\x82", "write-ahead log"),
+    (b"\x37\x7f\x06\x83", "write-ahead log"),
+    ((3007000).to_bytes(4, "little"), "shared-memory index"),
+    ((3007000).to_bytes(4, "big"), "shared-memory index"),
+    (b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7", "rollback journal"),
+)
+_COMPANION_SUFFIX = {"-wal": "write-ahead log", "-shm": "shared-memory index",
+                     "-journal": "rollback journal"}  # fmt: skip
+
+
+def _head(path: Path, size: int) -> bytes | None:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(size)
+    except OSError:
+        return None  # not there, a folder, unreadable: the write says what it finds
 
 
 def _not_a_database(path: Path, option: str) -> None:
     """Refuse to write over an SQLite database: ``export eval-cases --out
     .loopwright/loopwright.db`` truncated the store it was reading to nothing, every run lost
     (outside probe, stop 51). No output of the CLI is a database, so any one is refused, the
-    store being read or another."""
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(len(_SQLITE_MAGIC))
-    except OSError:
-        return  # not there, a folder, unreadable: the write says what it finds
+    store being read or another; and so is a database's companion file (``…db-wal``,
+    ``…db-shm``, ``…db-journal``), known by its name beside the database or by its first bytes:
+    writing over a live store's write-ahead log corrupts the store."""
+    head = _head(path, len(_SQLITE_MAGIC))
     if head == _SQLITE_MAGIC:
         raise ConfigError(
             f"{path} is an SQLite database (a loopwright store?): writing there would replace "
             "it; name another file",
+            field=option,
+        )
+    kind = next((k for magic, k in _COMPANION_MAGIC if head and head.startswith(magic)), None)
+    db: Path | None = None
+    for suffix, named in _COMPANION_SUFFIX.items():
+        if path.name.endswith(suffix) and len(path.name) > len(suffix):
+            beside = path.with_name(path.name[: -len(suffix)])
+            if _head(beside, len(_SQLITE_MAGIC)) == _SQLITE_MAGIC:
+                kind, db = named, beside
+    if kind is not None:
+        of = f"the SQLite database {db}" if db is not None else "an SQLite database"
+        raise ConfigError(
+            f"{path} is the {kind} of {of} (a loopwright store's?): writing there would "
+            "corrupt the database; name another file",
             field=option,
         )
 

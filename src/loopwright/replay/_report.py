@@ -237,7 +237,7 @@ def contract_tables(path: str | Path, *, keep_risk: bool = False) -> dict[str, A
     if not p.exists():  # (a pipe is read: a contract file is read once; outside50b)
         raise ConfigError(f"no contract file at {p}", field="--contract")
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        data = tomllib.loads(p.read_text(encoding="utf-8-sig"))  # as a spec: a mark is no text
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p} is not valid TOML: {exc}", field="--contract") from None
     except RecursionError:

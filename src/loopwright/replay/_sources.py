@@ -12,6 +12,7 @@ from typing import Any
 from .._decide import no_attempt
 from .._errors import ConfigError
 from .._inherited import NOTHING, inherited
+from .._json import without_bom
 from .._proposal import Verdict
 from ..importers.ldb import USD_PER_TOKEN, read_ldb
 from ..store import RunRecord, Store, existing_store_url, open_store
@@ -404,7 +405,8 @@ def iter_source(
             f"{source!r} is neither 'store' nor a file (run-trace or LDB JSONL)", field="SOURCE"
         )
     with p.open("rb") as fh:  # the first line only: the readers name a later bad line
-        n, raw = next(((n, x) for n, x in enumerate(fh, 1) if x.strip()), (1, b""))
+        found = ((n, without_bom(x) if n == 1 else x) for n, x in enumerate(fh, 1))
+        n, raw = next(((n, x) for n, x in found if x.strip()), (1, b""))
     try:
         first = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
