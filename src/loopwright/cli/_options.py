@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import stat
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -133,8 +134,12 @@ def _not_a_database(path: Path, option: str) -> None:
     """Refuse to write over an SQLite database: ``export eval-cases --out
     .loopwright/loopwright.db`` truncated the store it was reading to nothing, every run lost
     (outside probe, stop 51). No output of the CLI is a database, so any one is refused, the
-    store being read or another."""
+    store being read or another. Only a regular file is read: ``/dev/stdout``, a named pipe or
+    a process substitution (``>(gzip)``) opened to read waited for ever on what it would
+    write itself (review51b)."""
     try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return
         with path.open("rb") as fh:
             head = fh.read(len(_SQLITE_MAGIC))
     except OSError:
