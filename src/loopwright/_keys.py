@@ -20,7 +20,8 @@ Anything else is a valid key: letters of any script, digits, punctuation, inner 
 
 The character rule (``unprintable``) is also the rule of what people type elsewhere: a
 person's name, ``--by``, a decision's note, and the names of loops and projects
-(``check_name``, which holds them to ``MAX_KEY_CHARS`` too: both stores index them). The names a loop declares for its verifiers, effects and risk rules keep it
+(``check_name``; a new run's are held to ``MAX_KEY_CHARS`` too, ``check_length``: both stores
+index them). The names a loop declares for its verifiers, effects and risk rules keep it
 too, and hold no invisible (format) character at all (``check_declared_name``): they are
 identifiers, which a zero-width space would make two that print alike. Neither they nor a
 new run's loop and project name begin or end with whitespace (``check_unpadded``: ``"a"`` and
@@ -38,6 +39,7 @@ __all__ = [
     "MAX_KEY_CHARS",
     "check_declared_name",
     "check_key",
+    "check_length",
     "check_lookup",
     "check_name",
     "check_unpadded",
@@ -94,12 +96,22 @@ def check_name(value: object, what: str, field: str) -> None:
     why = _bad_char(value)
     if why is None and value and _invisible(value):
         why = "must hold a visible character (it is only format characters or spaces)"
-    if why is None and len(value) > MAX_KEY_CHARS:
-        # indexed as a task key is: PostgreSQL refused a 10,000-character project (a store
-        # error, "unavailable"), SQLite took it (outside probe, stop 51)
-        why = f"must be at most {MAX_KEY_CHARS} characters (got {len(value)})"
     if why is not None:
         raise ConfigError(f"{what} {_shown(value)} {why}", field=field)
+
+
+def check_length(value: str, what: str, field: str) -> None:
+    """A name indexed as a task key is (a new run's loop or project name, an import's label):
+    refused (``ConfigError`` naming ``field``) past ``MAX_KEY_CHARS`` characters. PostgreSQL
+    refused a 10,000-character project (a store error, "unavailable"), SQLite took it
+    (outside probe, stop 51). Not in ``check_name``, which a ``Loop`` asks where it is built:
+    a run SQLite stored under a longer name is resumed and forked with a loop of that name
+    (review51b)."""
+    if len(value) > MAX_KEY_CHARS:
+        raise ConfigError(
+            f"{what} {_shown(value)} must be at most {MAX_KEY_CHARS} characters (got {len(value)})",
+            field=field,
+        )
 
 
 _PADDED = "must not begin or end with whitespace"
@@ -110,9 +122,11 @@ def check_unpadded(value: str, what: str, field: str) -> None:
     ``field``, the name shown with ``repr``) when it begins or ends with whitespace, as a task
     key is (``"p"`` and ``"p "`` would be two projects that print alike). Not in ``check_name``,
     which a ``Loop`` asks where it is built: a run an earlier release stored under such a loop
-    name is resumed with a loop of that name (review49c)."""
+    name is resumed with a loop of that name (review49c). Nor longer than a key
+    (``check_length``)."""
     if value != value.strip():
         raise ConfigError(f"{what} {_shown(value)} {_PADDED}", field=field)
+    check_length(value, what, field)
 
 
 def check_declared_name(value: str, what: str, field: str) -> None:

@@ -63,25 +63,32 @@ def _kind(value: Any) -> str | None:
 
 
 def _kinds_agree(a: Any, b: Any) -> bool:
-    """Of two equal values (``a == b``), whether every number in them is of one kind in both."""
-    if a is b:
-        return True
-    ka, kb = _kind(a), _kind(b)
-    if ka is not None or kb is not None:
-        return ka == kb
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        for k, v in a.items():
-            if type(k) is not str:
+    """Of two equal values (``a == b``), whether every number in them is of one kind in both.
+    Walked with a list, not by recursion: two frames a level (a call and its generator) raised
+    RecursionError on a value nested 330 deep that a proposal may hold and ``==`` compares
+    (the run ended in an internal error; review51b)."""
+    pairs = [(a, b)]
+    while pairs:
+        a, b = pairs.pop()
+        if a is b:
+            continue
+        ka, kb = _kind(a), _kind(b)
+        if ka is not None or kb is not None:
+            if ka != kb:
+                return False
+        elif isinstance(a, Mapping) and isinstance(b, Mapping):
+            if any(type(k) is not str for k in a):
                 # A key that is no text is written as JSON's text of it: ``1`` as "1", ``True``
                 # as "true", ``1.0`` as "1.0", though Python takes them for one key. Judged as
-                # the store writes both (a text key equals text keys only: ``b``'s are text).
+                # the store writes both (their round trips hold text keys only).
                 sa, sb = _json.round_trip(a), _json.round_trip(b)
-                return bool(sa == sb) and _kinds_agree(sa, sb)
-            if not _kinds_agree(v, b[k]):
-                return False
-        return True
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return all(_kinds_agree(x, y) for x, y in zip(a, b, strict=False))
+                if sa != sb:
+                    return False
+                pairs.append((sa, sb))
+            else:
+                pairs.extend((v, b[k]) for k, v in a.items())
+        elif isinstance(a, list | tuple) and isinstance(b, list | tuple):
+            pairs.extend(zip(a, b, strict=False))
     return True
 
 

@@ -10,6 +10,7 @@ import json
 import os
 import sqlite3
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -483,3 +484,33 @@ def test_import_label_no_task_key_may_hold(project: Path) -> None:
            "--label", "a\nb", cwd=project)  # fmt: skip
     refused(r, "--label: label 'a\\nb' must not hold a control character")
     assert not (project / "t.jsonl").exists()
+
+
+def test_out_to_stdout_or_a_pipe_is_written(accepted: tuple[Path, str], project: Path) -> None:
+    """The guard against writing over a database read the first bytes of --out: `--out
+    /dev/stdout` (a pipe here) and a named pipe a reader waits on were opened to read, and the
+    command waited for ever on what it would write itself (review51b). Written, as before."""
+    store, run_id = accepted
+    r = lw("trace", run_id, "--out", "/dev/stdout", cwd=project, store=store)
+    assert r.returncode == 0, r.stderr
+    first = json.loads(r.stdout.splitlines()[0])
+    assert first["run_id"] == run_id
+
+    fifo = project / "trace.pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+
+    def read() -> None:
+        with fifo.open("rb") as fh:  # (waits for the writer, as `cat trace.pipe` does)
+            got.append(fh.read())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        r = lw("trace", run_id, "--out", str(fifo), cwd=project, store=store)
+    finally:
+        with contextlib.suppress(OSError):  # (a reader still waiting is let go: no writer)
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(got[0].splitlines()[0])["run_id"] == run_id

@@ -39,13 +39,20 @@ def _loop(name: str = "l", project: str = "p") -> lw.Loop:
 
 def test_a_name_past_the_key_limit_is_refused_alike(url: str) -> None:
     long = _name(10_000)
-    with pytest.raises(lw.ConfigError, match="at most 256 characters") as info:
-        _loop(project=long)
-    assert info.value.field == "project"
-    with pytest.raises(lw.ConfigError, match="at most 256 characters") as info:
-        _loop(name=long)
-    assert info.value.field == "name"
+    task = {"artifacts": {"a": {"x": 0}}}
     with lw.Runtime(url) as rt:
+        # refused where a new run is made (a Loop of such a name is built: a run SQLite
+        # stored under one before goes on, test_stored_names_go_on)
+        for loop, field in ((_loop(project=long), "project"), (_loop(name=long), "name")):
+            with pytest.raises(lw.ConfigError, match="at most 256 characters") as info:
+                rt.run_sync(loop, task, task_key="t")
+            assert info.value.field == field
+        for given in ({"project": long}, {"task": {**task, "project": long}}):
+            args = {"task": task, "task_key": "t", **given}
+            with pytest.raises(lw.ConfigError, match="at most 256 characters") as info:
+                rt.create(_loop(), **args)
+            assert info.value.field in ("project", "task.project")
+        assert rt.store.count_runs() == 0
         mem = lw.FeedbackMemory(rt.store)
         for scope in ("task", "project"):
             with pytest.raises(lw.ConfigError, match="at most 256 characters") as info:
@@ -53,7 +60,7 @@ def test_a_name_past_the_key_limit_is_refused_alike(url: str) -> None:
             assert info.value.field == "scope_key"
         # at the limit: taken, by both stores
         most = _name(MAX_KEY_CHARS)
-        r = rt.run_sync(_loop(project=most), {"artifacts": {"a": {"x": 0}}}, task_key="t")
+        r = rt.run_sync(_loop(project=most), task, task_key="t")
         assert (r.status, rt.store.get_run(r.run_id).project) == ("accepted", most)
         it = mem.add(scope="project", scope_key=most, signal="correction", text="t", by="ann")
         got = mem.retrieve(task_key="t", project=most)

@@ -12,12 +12,13 @@ The earlier release is played by switching the check off while the run is create
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import loopwright as lw
-from loopwright import _run_create
+from loopwright import _keys, _run_create
 
 Z = "\u200b"  # a zero-width space
 TASK = {"artifacts": {"doc": {"a": 0, "b": 0}}}
@@ -204,3 +205,44 @@ def test_a_fork_renaming_its_loop_is_refused_a_padded_name(url: str) -> None:
         assert rt.store.count_runs() == before
         fork = rt.fork(parked.run_id, 0, loop=_clean(name="renamed", spec_ref="loop.toml"))
         assert rt.store.get_run(fork.run_id).loop_name == "renamed"
+
+
+def test_a_stored_run_under_a_name_longer_than_a_key_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loop and project names are held to 256 characters since stop 51 (PostgreSQL's index
+    refused a 10,000-character one); SQLite stored longer ones before. Held where a ``Loop`` is
+    built, the loop a stored run needs could not be built any more (review51b): the run could
+    not be resumed, continued or forked. Held where a new run is made, it goes on; a new run
+    of that loop is refused, naming the length. (SQLite only: PostgreSQL never stored one.)"""
+    long_name, long_project = "n" * 300, "p" * 400
+
+    def loop() -> lw.Loop:
+        return lw.Loop(
+            name=long_name,
+            project=long_project,
+            actor=lambda ctx: lw.Proposal(edits=(lw.Edit("doc", "b", 1),)),
+            verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True, score=1.0), name="c")],
+            contract=lw.Contract(
+                budget=lw.Budget(max_cycles=3), risk=(lw.RiskRule(name="r", touches=("doc/b",)),)
+            ),
+        )
+
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        with monkeypatch.context() as earlier:  # the earlier release: no length limit
+            earlier.setattr(_keys, "MAX_KEY_CHARS", 100_000)
+            parked = rt.run_sync(loop(), TASK, task_key="t")
+        assert parked.status == "awaiting_approval"
+        assert rt.store.get_run(parked.run_id).loop_name == long_name
+        # the loop built anew, as a later process builds it from its spec
+        again = loop()  # (before: refused here, every later step with it)
+        with pytest.raises(lw.ConfigError) as info:
+            rt.create(again, TASK, task_key="another")
+        assert str(info.value).startswith("name: loop name 'nnnn")
+        assert str(info.value).endswith("must be at most 256 characters (got 300)")
+        rt.approve(parked.run_id, by="me")
+        assert rt.resume_sync(parked.run_id, loop()).status == "accepted"
+        assert rt.run_sync(loop(), TASK, task_key="t").run_id == parked.run_id
+        fork = rt.fork(parked.run_id, 0, loop=loop(), task_key="t-fork")
+        assert rt.store.get_run(fork.run_id).project == long_project
+        assert rt.resume_sync(fork.run_id, loop()).status == "awaiting_approval"

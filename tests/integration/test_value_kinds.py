@@ -112,3 +112,31 @@ def test_keys_equal_in_python_but_written_apart_are_a_change(
     state = TaskState(task={})
     state.set_part("doc", "a", old, 0)
     assert state.set_part("doc", "a", new, 1) is not same
+
+
+def _nested(depth: int, leaf: Any) -> Any:
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_a_deeply_nested_value_written_again_is_compared(tmp_path: Any) -> None:
+    """``same_value`` recursed two frames a level: a value nested 400 deep, which a proposal
+    may hold (the store writes it, ``==`` compares it), written again in the next cycle raised
+    RecursionError out of ``run_sync`` (review51b). It is no change, as before stall51; the
+    same value with a number of another kind is one."""
+    deep = _nested(400, 0)
+    assert same_value(_nested(400, 0), deep)
+    assert not same_value(_nested(400, 0.0), deep)
+    loop = lw.Loop(
+        name="deep",
+        actor=lambda ctx: lw.Proposal(edits=(lw.Edit("a", "x", _nested(400, 0)),)),
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=False, score=0.0), name="c")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        done = rt.run_sync(loop, {"artifacts": {"a": {"x": 0}}}, task_key="t")
+        assert done.status == "stopped"
+        part = rt.store.latest_checkpoint(done.run_id).task_state().part("a/x")
+        assert part is not None and part.count == 2  # (written once: the same value after)

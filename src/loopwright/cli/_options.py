@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import stat
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -143,6 +144,8 @@ _COMPANION_SUFFIX = {"-wal": "write-ahead log", "-shm": "shared-memory index",
 
 def _head(path: Path, size: int) -> bytes | None:
     try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return None  # a terminal, a pipe: never read (it would wait on our own output)
         with path.open("rb") as fh:
             return fh.read(size)
     except OSError:
@@ -155,7 +158,9 @@ def _not_a_database(path: Path, option: str) -> None:
     (outside probe, stop 51). No output of the CLI is a database, so any one is refused, the
     store being read or another; and so is a database's companion file (``…db-wal``,
     ``…db-shm``, ``…db-journal``), known by its name beside the database or by its first bytes:
-    writing over a live store's write-ahead log corrupts the store."""
+    writing over a live store's write-ahead log corrupts the store. Only a regular file is
+    read: ``/dev/stdout``, a named pipe or a process substitution (``>(gzip)``) opened to read
+    waited for ever on what it would write itself (review51b)."""
     head = _head(path, len(_SQLITE_MAGIC))
     if head == _SQLITE_MAGIC:
         raise ConfigError(

@@ -74,7 +74,7 @@ from typing import IO, Any
 
 from .._errors import ConfigError
 from .._json import JsonLineError, json_lines
-from .._keys import check_key, check_name
+from .._keys import check_key, check_length, check_name
 from .._redact import redact
 
 __all__ = [
@@ -348,6 +348,7 @@ def read_ldb_report(
         # in every task key: one `loopwright run` refuses (a line break, an escape) made an
         # import of 164 tasks, exit 0, that no run could be made of (outside probe, stop 51)
         check_name(label, "label", "label")
+        check_length(label, "label", "label")
     p = Path(path_in)
     lab = label or default_label(p)
     records = _parse_lines(p)
