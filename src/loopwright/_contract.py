@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, cast
@@ -30,6 +30,7 @@ __all__ = [
     "RiskRule",
     "StopReason",
     "Success",
+    "contract_from_snapshot",
     "refuse_engine_marks",
     "status_for",
 ]
@@ -78,7 +79,7 @@ DEFAULT_MAX_CYCLES = 1_000
 
 # Set while the engine builds a budget carrying ``max_cycles_default`` (``engine_marks``): its
 # default ceiling given (``Contract.with_default_ceiling``), a run's snapshot loaded
-# (``Contract.from_dict``), a marked budget copied. A ``Budget(...)`` a caller builds with the
+# (``contract_from_snapshot``), a marked budget copied. A ``Budget(...)`` a caller builds with the
 # mark outside it is refused: the mark is the engine's, as in a spec or a contract file.
 _ENGINE_MARKS: ContextVar[bool] = ContextVar("loopwright_engine_marks", default=False)
 
@@ -104,7 +105,7 @@ def refuse_engine_marks(tables: object) -> None:
     """``ConfigError`` for contract tables a person wrote (a loop spec's ``[contract]``, a
     contract file, a rerun's tables) that set ``budget.max_cycles_default``: the engine's mark
     of its default ceiling (``Contract.with_default_ceiling``), kept in a run's snapshot
-    (``Contract.from_dict`` of one loads it), not a setting: written beside another exit, it
+    (``contract_from_snapshot`` loads it), not a setting: written beside another exit, it
     dropped the author's own ``max_cycles = 1000``."""
     budget = tables.get("budget") if isinstance(tables, Mapping) else None
     if isinstance(budget, Mapping) and "max_cycles_default" in budget:
@@ -569,7 +570,21 @@ class Contract:
     # --- (de)serialisation --------------------------------------------------------------
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Contract:
-        """Build a contract from a mapping (a TOML ``[contract]`` table or a snapshot)."""
+        """Build a contract from a mapping (a TOML ``[contract]`` table, or a run's snapshot
+        of one whose budget is not the engine's default ceiling). ``budget.max_cycles_default``
+        is refused here as a ``Budget(...)`` refuses it: the mark is the engine's, which loads
+        a run's snapshot carrying it with ``contract_from_snapshot``."""
+        budget = data.get("budget") if isinstance(data, Mapping) else None
+        if isinstance(budget, Mapping) and budget.get("max_cycles_default") is True:
+            raise ConfigError(
+                _MARK_REFUSED + " (a run's stored contract carries it: resume, fork and replay "
+                "that run load it as it is)",
+                field="contract.budget.max_cycles_default",
+            )
+        return cls._from_dict(data)
+
+    @classmethod
+    def _from_dict(cls, data: Mapping[str, Any], *, snapshot: bool = False) -> Contract:
         if not isinstance(data, Mapping):
             raise ConfigError("must be a table", field="contract")
         known = {"success", "no_progress", "budget", "marginal_return", "risk", "escalation"}
@@ -582,7 +597,7 @@ class Contract:
         kwargs: dict[str, Any] = {}
         for key, typ in _SECTIONS.items():
             if key in data and data[key] is not None:
-                with engine_marks():  # (a run's snapshot; a file's tables are refused it before)
+                with engine_marks() if snapshot else nullcontext():  # (the engine's own load)
                     kwargs[key] = _section(typ, data[key], f"contract.{key}")
         rules = data.get("risk") or ()
         if isinstance(rules, Mapping):
@@ -624,6 +639,13 @@ class Contract:
             "risk": [sec(r) for r in self.risk],
             "escalation": sec(self.escalation),
         }
+
+
+def contract_from_snapshot(data: Mapping[str, Any]) -> Contract:
+    """The contract a run's stored snapshot (``RunRecord.contract``) holds, its default
+    ceiling's mark (``budget.max_cycles_default``) kept: the engine's own loader (resume, fork,
+    the web, the CLI's views). ``Contract.from_dict``, the public one, refuses the mark."""
+    return Contract._from_dict(data, snapshot=True)
 
 
 def _section(typ: type, data: Any, where: str) -> Any:

@@ -26,7 +26,7 @@ from typing import Any
 from ._authority import audit, may_operate, refused
 from ._compare import contract_changes
 from ._concluded import concluded_in, refuse_rewritten
-from ._contract import TERMINAL_STATUSES, Contract
+from ._contract import TERMINAL_STATUSES, Contract, contract_from_snapshot
 from ._decide import cycle_cap
 from ._edit_check import mark_edited, unjudged, warn_unjudged
 from ._errors import ConfigError, ConflictError
@@ -141,7 +141,7 @@ class Forking(RuntimeHost):
             # The origin's, kept: an older release let a run start under a budget of 0, which
             # ends the fork before its first cycle too.
             try:
-                kept = Contract.from_dict(rec.contract)
+                kept = contract_from_snapshot(rec.contract)
                 kept.refuse_for_a_run()
             except ConfigError as exc:
                 raise ConfigError(
@@ -292,7 +292,7 @@ class Forking(RuntimeHost):
                 ex = _Exec(
                     rec.run_id,
                     _NO_LOOP,
-                    Contract.from_dict(rec.contract),
+                    contract_from_snapshot(rec.contract),
                     token,
                     ck.seq,
                     TaskState.from_dict(ck.state),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from ._contract import Contract
+from ._contract import Contract, contract_from_snapshot
 from ._decide import at_default_ceiling, crosses, cycle_cap
 from ._state import TaskState
 
@@ -377,7 +377,7 @@ def run_stop_cause(rec: _RunLike, packet: Mapping[str, Any] | None = None) -> st
         return ""
     best = p.get("best_candidate") or {}
     try:
-        contract = Contract.from_dict(rec.contract)
+        contract = contract_from_snapshot(rec.contract)
     except Exception:  # an older contract shape must not hide why the run stopped
         return _clip(f"{rec.stop_reason}: {p.get('cause') or p.get('summary') or ''}".rstrip(": "))
     cycle = int(p.get("cycles", rec.cycle) or 0)

@@ -21,7 +21,7 @@ from ._authority import (
 )
 from ._call_billing import owes
 from ._concluded import concluded_at, concluded_in, refuse_rewritten
-from ._contract import TERMINAL_STATUSES, Contract
+from ._contract import TERMINAL_STATUSES, contract_from_snapshot
 from ._errors import ApprovalError, ConfigError, ConflictError, already_decided
 from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
@@ -287,7 +287,7 @@ class Decisions(RuntimeHost):
                 ex = _Exec(
                     rec.run_id,
                     loop or _NO_LOOP,
-                    Contract.from_dict(rec.contract),
+                    contract_from_snapshot(rec.contract),
                     token,
                     ck.seq,
                     TaskState.from_dict(ck.state),
@@ -452,7 +452,7 @@ class Decisions(RuntimeHost):
         cur = TaskState.from_dict(latest.state)
         stale = _open_requests(cur.pending)
         ex = _Exec(
-            rec.run_id, loop or _NO_LOOP, Contract.from_dict(rec.contract), token, latest.seq, cur
+            rec.run_id, loop or _NO_LOOP, contract_from_snapshot(rec.contract), token, latest.seq, cur
         )
         doubt = self._in_flight(
             ex, "was in flight when the run was rolled back: check whether it happened"

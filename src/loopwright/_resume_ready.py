@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._contract import TERMINAL_STATUSES, Contract
+from ._contract import TERMINAL_STATUSES, Contract, contract_from_snapshot
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
 from ._exec import fit_history
@@ -99,7 +99,7 @@ class Resuming(RuntimeHost):
             else r
             for r in rec.contract.get("risk") or ()
         ]
-        return Contract.from_dict({**rec.contract, "risk": risk})
+        return contract_from_snapshot({**rec.contract, "risk": risk})
 
 
 def _compensating(store: Store, run_id: str) -> bool:

@@ -17,6 +17,7 @@ import pytest
 from support.doc_verdicts import parts_good
 
 import loopwright as lw
+from loopwright._contract import contract_from_snapshot
 from loopwright.replay import simulate, trace_of_run
 
 PARTS = ("a", "b", "c")
@@ -66,5 +67,5 @@ def test_a_paid_check_of_an_edit_does_not_make_the_next_attempt_look_cheaper(
         rec = st.get_run(r.run_id)
         trace = trace_of_run(st, rec)
     assert trace is not None and [c.check_only for c in trace.cycles] == [False, False, True]
-    o = simulate(trace, lw.Contract.from_dict(rec.contract))
+    o = simulate(trace, contract_from_snapshot(rec.contract))
     assert (o.reason, o.cycles, o.cost_usd) == ("budget_cost", 3, pytest.approx(2.10))

@@ -17,6 +17,7 @@ import pytest
 from support.doc_verdicts import parts_good
 
 import loopwright as lw
+from loopwright._contract import contract_from_snapshot
 from loopwright.replay import simulate, trace_of_run
 
 PARTS = ("a", "b", "c")
@@ -72,6 +73,6 @@ def test_an_approved_edited_cycle_starts_no_check_on_a_budget_reached(tmp_path: 
         rec = st.get_run(r.run_id)
         trace = trace_of_run(st, rec)
     assert trace is not None
-    contract = dataclasses.replace(lw.Contract.from_dict(rec.contract), risk=())
+    contract = dataclasses.replace(contract_from_snapshot(rec.contract), risk=())
     o = simulate(trace, contract)
     assert (o.reason, o.cost_usd) == ("budget_cost", pytest.approx(0.13))

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import loopwright as lw
 import loopwright._call_retry as call_retry
+from loopwright._contract import contract_from_snapshot
 from loopwright.replay import (
     Call,
     CycleTrace,
@@ -783,7 +784,7 @@ def test_a_cycle_ended_midway_and_reopened_replays_at_its_recorded_cost(tmp_path
         again = RunTrace.from_dict(json.loads(json.dumps(t.to_dict())))
         assert again == t
         for trace in (t, again):
-            out = simulate(trace, lw.Contract.from_dict(_stored_contract(tmp_path, t)))
+            out = simulate(trace, contract_from_snapshot(_stored_contract(tmp_path, t)))
             assert (out.reason, out.cycles, out.accepted) == ("success", 3, True)
             assert out.cost_usd == pytest.approx(t.recorded["cost_usd"])
             assert out.tokens == t.recorded["tokens"]
@@ -805,7 +806,7 @@ def test_a_reopened_run_stopped_before_its_next_cycle_replays_so(tmp_path: Path)
     denied, _ = _reopened_midway(tmp_path / "s.db", 0.22)
     assert denied.recorded["stop_reason"] == "budget_cost"
     assert denied.tail["kind"] == "reopened"
-    out = simulate(denied, lw.Contract.from_dict(_stored_contract(tmp_path, denied)))
+    out = simulate(denied, contract_from_snapshot(_stored_contract(tmp_path, denied)))
     assert (out.reason, out.cycles) == ("budget_cost", 1)
     assert out.cost_usd == pytest.approx(denied.recorded["cost_usd"])
 

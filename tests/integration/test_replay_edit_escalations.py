@@ -21,6 +21,7 @@ import pytest
 from support.doc_verdicts import parts_good
 
 import loopwright as lw
+from loopwright._contract import contract_from_snapshot
 from loopwright.replay import read_traces, simulate, trace_of_run, write_traces
 
 PARTS = ("a", "b", "c")
@@ -91,7 +92,7 @@ def _replayed(path: Path, run_id: str, contract: lw.Contract | None = None) -> l
     write_traces([trace], out)
     [again] = read_traces(out)
     assert again == trace
-    o = simulate(trace, contract or lw.Contract.from_dict(rec.contract))
+    o = simulate(trace, contract or contract_from_snapshot(rec.contract))
     return rec, o
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import loopwright as lw
+from loopwright._contract import contract_from_snapshot
 from loopwright.replay import load_contract, replay, simulate, trace_of_run
 
 CEILING = 1000
@@ -86,7 +87,7 @@ def test_a_free_spend_only_run_ends_at_the_default_ceiling(
         [m] = [m for m in lw.compute_metrics(rt.store).per_run if m.run_id == r.run_id]
     budget = rec.contract["budget"]
     assert (budget["max_cycles"], budget["max_cycles_default"]) == (CEILING, True)
-    assert lw.Contract.from_dict(rec.contract) == _loop().contract  # the store's round trip
+    assert contract_from_snapshot(rec.contract) == _loop().contract  # the store's round trip
     assert rec.cost_usd == pytest.approx(0.01)  # cycle 2's check alone
     packet = rec.packet or {}
     choose = "set budget.max_cycles, max_seconds or a no_progress rule"
@@ -100,7 +101,7 @@ def test_a_free_spend_only_run_ends_at_the_default_ceiling(
     assert (m.stop_reason, m.cycles) == ("budget_cycles", CEILING)
     # replay: under the run's own contract, and under the contract the loop was written with
     assert trace is not None
-    o = simulate(trace, lw.Contract.from_dict(rec.contract))
+    o = simulate(trace, contract_from_snapshot(rec.contract))
     assert (o.reason, o.cycles) == ("budget_cycles", CEILING)
     [(_, [what_if])] = replay([trace], {"written": SPEND_ONLY}).contracts
     assert (what_if.reason, what_if.cycles) == ("budget_cycles", CEILING)
@@ -135,7 +136,7 @@ def test_a_run_stored_spend_only_before_the_ceiling_resumes_and_replays_under_it
         # a fork of it is a new run: given the ceiling (its contract kept otherwise)
         fork = rt.fork(r.run_id, 2)
     assert trace is not None
-    o = simulate(trace, lw.Contract.from_dict(rec.contract))  # as it ran
+    o = simulate(trace, contract_from_snapshot(rec.contract))  # as it ran
     assert (o.reason, o.cycles) == ("success", CEILING + 3)
     [(_, [what_if])] = replay([trace], {"today": SPEND_ONLY}).contracts
     assert (what_if.reason, what_if.cycles) == ("budget_cycles", CEILING)
@@ -204,7 +205,7 @@ def test_a_task_without_its_cap_key_beside_spend_budgets_ends_at_the_default_cei
     # replay agrees: under the runs' own contract, and under the contract as written
     for (_, rec, trace), cycles in ((runs["bare"], CEILING), (runs["own"], 5)):
         assert trace is not None
-        o = simulate(trace, lw.Contract.from_dict(rec.contract))
+        o = simulate(trace, contract_from_snapshot(rec.contract))
         assert (o.reason, o.cycles) == ("budget_cycles", cycles)
         [(_, [what_if])] = replay([trace], {"written": KEYED}).contracts
         assert (what_if.reason, what_if.cycles) == ("budget_cycles", cycles)

@@ -31,6 +31,7 @@ from support.stop_scenarios import (
 )
 
 import loopwright as lw
+from loopwright._contract import contract_from_snapshot
 from loopwright.replay import simulate, trace_of_run
 
 EXAMPLES = int(os.environ.get("LOOPWRIGHT_SCENARIOS", "12"))
@@ -116,7 +117,7 @@ def _replayed(url: str, rec: lw.RunRecord) -> tuple[str, int, float]:
     with lw.Runtime(url) as rt:
         trace = trace_of_run(rt.store, rec)
     assert trace is not None
-    o = simulate(trace, lw.Contract.from_dict(rec.contract))
+    o = simulate(trace, contract_from_snapshot(rec.contract))
     return o.reason, o.cycles, o.cost_usd
 
 

@@ -42,6 +42,7 @@ from typing import Any
 
 import loopwright as lw
 from loopwright import _decide as rules
+from loopwright._contract import contract_from_snapshot
 from loopwright.replay import fit_hazard, simulate, trace_of_run
 from loopwright.replay._format import RunTrace
 from loopwright.replay._simulate import _own_budget, _success
@@ -386,7 +387,7 @@ def check_run(sc: Scenario, url: str, run_id: str, fail: Callable[[str], None]) 
         per_run = {r.run_id: r for r in lw.compute_metrics(rt.store).per_run}
     if trace is None:
         return
-    contract = lw.Contract.from_dict(rec.contract)
+    contract = contract_from_snapshot(rec.contract)
     inh = trace.start or {}
     inh_cost = float(inh.get("cost_usd") or 0.0)
     inh_tokens = int(inh.get("tokens") or 0)

@@ -317,3 +317,31 @@ def test_round_trip_property(
     c = lw.Contract.from_dict(data)
     assert lw.Contract.from_dict(c.to_dict()) == c
     assert c.to_dict()["budget"] == budget
+
+
+def test_from_dict_refuses_the_engine_mark_a_snapshot_loader_keeps_it() -> None:
+    """The default ceiling's mark is the engine's: the public ``Contract.from_dict`` refuses it
+    as ``Budget(...)`` does (it ran inside the engine's marks, so a caller's table passed);
+    the engine's own loader of a run's snapshot keeps it."""
+    marked = {
+        "budget": {
+            "max_cost_usd": 1.0,
+            "max_cycles": 1000,
+            "max_cycles_default": True,
+        }
+    }
+    err = _err(lw.Contract.from_dict, marked)
+    assert err.field == "contract.budget.max_cycles_default"
+    from loopwright._contract import DEFAULT_MAX_CYCLES, contract_from_snapshot
+
+    snap = lw.Contract(budget=lw.Budget(max_cost_usd=1.0)).with_default_ceiling().to_dict()
+    assert snap["budget"]["max_cycles_default"] is True
+    _err(lw.Contract.from_dict, snap)
+    loaded = contract_from_snapshot(snap)
+    assert (loaded.budget.max_cycles, loaded.budget.max_cycles_default) == (
+        DEFAULT_MAX_CYCLES,
+        True,
+    )
+    assert contract_from_snapshot(snap).to_dict() == snap  # the round trip a resume needs
+    plain = lw.Contract.from_dict({"budget": {"max_cycles": 3, "max_cycles_default": False}})
+    assert plain.budget.max_cycles_default is False

@@ -16,6 +16,7 @@ import pytest
 
 import loopwright as lw
 from loopwright._compare import lay_over, merge_contract
+from loopwright._contract import contract_from_snapshot
 from loopwright._decide import cycle_cap, remaining
 from loopwright._packet import build_packet, explain, stop_cause
 from loopwright.cli._check import review
@@ -86,12 +87,12 @@ def test_the_ceiling_is_in_the_snapshot_and_an_older_snapshot_loads_as_it_was() 
     given = lw.Contract(budget=lw.Budget(max_cost_usd=0.5)).with_default_ceiling()
     snap = given.to_dict()
     assert snap["budget"]["max_cycles"] == 1000 and snap["budget"]["max_cycles_default"] is True
-    again = lw.Contract.from_dict(snap)
+    again = contract_from_snapshot(snap)
     assert again == given and again.with_default_ceiling() is again  # resumed as stored
     # a snapshot an earlier release wrote: no such key; read, written and compared unchanged
     old = lw.Contract(budget=lw.Budget(max_cost_usd=0.5)).to_dict()
     assert "max_cycles_default" not in old["budget"]
-    loaded = lw.Contract.from_dict(old)
+    loaded = contract_from_snapshot(old)
     assert loaded.budget.max_cycles_default is False and loaded.to_dict() == old
     # an author's own cap of 1,000 is not the default one
     own = lw.Contract(budget=lw.Budget(max_cost_usd=0.5, max_cycles=1000))
@@ -103,25 +104,25 @@ def test_a_default_ceiling_gives_way_to_an_exit_the_author_chose() -> None:
     """A fork's contract laid over its origin's (``merge_contract``, as ``loopwright fork
     --contract`` and the dashboard's rerun make it)."""
     snap = lw.Contract(budget=lw.Budget(max_cost_usd=0.5)).with_default_ceiling().to_dict()
-    cap = lw.Contract.from_dict(merge_contract(snap, {"budget": {"max_cycles": 50}}))
+    cap = contract_from_snapshot(merge_contract(snap, {"budget": {"max_cycles": 50}}))
     assert (cap.budget.max_cycles, cap.budget.max_cycles_default) == (50, False)
     assert cap.with_default_ceiling() is cap
-    plateau = lw.Contract.from_dict(merge_contract(snap, {"no_progress": {"cycles": 3}}))
+    plateau = contract_from_snapshot(merge_contract(snap, {"no_progress": {"cycles": 3}}))
     bare = plateau.with_default_ceiling()
     assert (bare.budget.max_cycles, bare.budget.max_cycles_default) == (None, False)
     assert bare.no_progress == lw.NoProgress(cycles=3)
     # as a person's changes are laid over it (lay_over: a fork's file, a rerun): max_cycles
     # cleared (the rerun form's empty box) is the default again; a 1000 written is theirs
-    cleared = lw.Contract.from_dict(lay_over(snap, {"budget": {"max_cycles": None}}))
+    cleared = contract_from_snapshot(lay_over(snap, {"budget": {"max_cycles": None}}))
     b = cleared.with_default_ceiling().budget
     assert (b.max_cycles, b.max_cycles_default) == (1000, True)
-    written = lw.Contract.from_dict(lay_over(snap, {"budget": {"max_cycles": 1000}}))
+    written = contract_from_snapshot(lay_over(snap, {"budget": {"max_cycles": 1000}}))
     b = written.with_default_ceiling().budget
     assert (b.max_cycles, b.max_cycles_default) == (1000, False)
-    left = lw.Contract.from_dict(lay_over(snap, {"budget": {"max_cost_usd": 0.25}}))
+    left = contract_from_snapshot(lay_over(snap, {"budget": {"max_cost_usd": 0.25}}))
     assert left.with_default_ceiling().budget.max_cycles_default
     # the money cleared too, the ceiling is its only exit: kept
-    alone = lw.Contract.from_dict(merge_contract(snap, {"budget": {"max_cost_usd": None}}))
+    alone = contract_from_snapshot(merge_contract(snap, {"budget": {"max_cost_usd": None}}))
     assert alone.with_default_ceiling() is alone
     with pytest.raises(lw.ConfigError, match="true or false"):
         lw.Budget(max_cycles=1000, max_cycles_default="yes")  # type: ignore[arg-type]
@@ -142,12 +143,12 @@ def test_a_cap_of_1000_laid_over_the_default_ceiling_is_the_authors(
     snap = lw.Contract(budget=lw.Budget(max_cost_usd=0.5)).with_default_ceiling().to_dict()
     for cap in (999, 1000, 1001):
         laid = merge_contract(snap, {"budget": {"max_cycles": cap, **beside}})
-        given = lw.Contract.from_dict(laid).with_default_ceiling()
+        given = contract_from_snapshot(laid).with_default_ceiling()
         b = given.budget
         assert (b.max_cycles, b.max_cycles_default) == (cap, False), (cap, b)
         assert "max_cycles_default" not in given.to_dict()["budget"]
     # changes that leave max_cycles alone leave the mark: the ceiling stays the default
-    kept = lw.Contract.from_dict(merge_contract(snap, {"budget": {"max_cost_usd": 0.25}}))
+    kept = contract_from_snapshot(merge_contract(snap, {"budget": {"max_cost_usd": 0.25}}))
     assert (kept.budget.max_cycles, kept.budget.max_cycles_default) == (1000, True)
 
 
@@ -212,7 +213,7 @@ def test_a_task_cap_beside_spend_budgets_only_falls_back_to_the_default_ceiling(
     b = given.budget
     assert (b.max_cycles, b.max_cycles_default, b.max_cycles_key) == (1000, True, "limits.cycles")
     assert given.with_default_ceiling() is given
-    assert lw.Contract.from_dict(given.to_dict()) == given
+    assert contract_from_snapshot(given.to_dict()) == given
     bare, own, big = ({}, {"limits": {"cycles": 7}}, {"limits": {"cycles": 1500}})
     caps = [cycle_cap(given, lw.TaskState(task=t)) for t in (bare, own, big)]
     assert caps == [1000, 7, 1500]
@@ -257,7 +258,10 @@ def test_the_default_ceilings_mark_is_refused_in_a_users_contract(tmp_path: Path
             read(tables)
         assert "max_cycles_default" in str(err2.value) and str(tables) in str(err2.value)
     snapshot = _loop(lw.Contract(budget=lw.Budget(max_cost_usd=1.0))).contract.to_dict()
-    assert lw.Contract.from_dict(snapshot).budget.max_cycles_default  # (a run's snapshot)
+    assert contract_from_snapshot(snapshot).budget.max_cycles_default  # (a run's snapshot)
+    with pytest.raises(lw.ConfigError) as err3:  # the public reader is a person's (Python)
+        lw.Contract.from_dict(snapshot)
+    assert err3.value.field == "contract.budget.max_cycles_default"
 
 
 def test_the_default_ceilings_mark_is_refused_in_a_budget_built_in_python() -> None:
@@ -276,7 +280,7 @@ def test_the_default_ceilings_mark_is_refused_in_a_budget_built_in_python() -> N
         dataclasses.replace(marked.budget, max_cost_usd=2.0)
     mine = dataclasses.replace(marked.budget, max_cost_usd=2.0, max_cycles_default=False)
     assert (mine.max_cycles, mine.max_cycles_default) == (1000, False)
-    assert lw.Contract.from_dict(marked.to_dict()) == marked
+    assert contract_from_snapshot(marked.to_dict()) == marked
     keyed = _loop(lw.Contract(budget=lw.Budget(max_cost_usd=0.5, max_cycles_key="k"))).contract
     from loopwright.replay._format import RunTrace
     from loopwright.replay._simulate import _own_budget

@@ -48,7 +48,7 @@ def fork(
     accepted), linked to it. Effects RUN did up to that cycle are inherited, never done again.
     Run it with `loopwright resume`."""
     from .._compare import contract_changes, lay_over
-    from .._contract import Contract
+    from .._contract import contract_from_snapshot
     from .._engine import Runtime
     from .._loop import other_loop
     from .._spec import load_spec
@@ -79,7 +79,7 @@ def fork(
         base = loop.contract.to_dict() if loop is not None else rec.contract
         chosen = loop.contract if loop is not None else None
         if tables is not None:
-            chosen = Contract.from_dict(lay_over(base, tables))
+            chosen = contract_from_snapshot(lay_over(base, tables))
         who = acting_as(rt.store, by, token, action="fork", target=f"run {rec.run_id}")
         with as_options(at_cycle="--at-cycle", task_key="--key", loop="--spec", by="--by"):
             new = rt.fork(
@@ -110,10 +110,10 @@ def stops_at_once(store: Store, new: RunRecord) -> str | None:
     on counting its origin's cycles and spend: a fork at cycle 3 under ``max_cycles = 3``
     (read as "three more") or of a run that spent its cost budget ran no cycle."""
     from .. import _decide as rules
-    from .._contract import Contract
+    from .._contract import contract_from_snapshot
 
     state = store.latest_checkpoint(new.run_id).task_state()
-    contract = Contract.from_dict(new.contract)
+    contract = contract_from_snapshot(new.contract)
     reason = rules.stop_before_cycle(contract, state)
     if reason is None:
         return None

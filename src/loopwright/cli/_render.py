@@ -410,10 +410,10 @@ def run_detail_parts(
     timeline's last this many cycles only (default: every one)."""
     from rich.panel import Panel
 
-    from .._contract import Contract
+    from .._contract import contract_from_snapshot
     from .._packet import explain, run_stop_cause
 
-    contract = Contract.from_dict(rec.contract)
+    contract = contract_from_snapshot(rec.contract)
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()

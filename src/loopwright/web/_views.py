@@ -18,7 +18,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from .._contract import Contract
+from .._contract import contract_from_snapshot
 from .._decide import at_default_ceiling
 from .._packet import explain, run_stop_cause
 from .._state import Part, TaskState, Version
@@ -215,7 +215,7 @@ def stop_words(rec: RunRecord, approvals: list[Approval] | None = None) -> str:
     if rec.stop_reason:
         try:
             spent = {"cost_usd": rec.cost_usd, "tokens": rec.tokens, "seconds": rec.seconds}
-            contract = Contract.from_dict(rec.contract)
+            contract = contract_from_snapshot(rec.contract)
             at_default = at_default_ceiling(contract, rec.task)
             return explain(rec.stop_reason, contract, spent=spent, at_default=at_default)
         except Exception:  # an older contract shape must not break the page
