@@ -122,3 +122,45 @@ def test_the_runs_resumed_at_once_are_bounded_server_wide(
     assert (last.actor, last.outcome, last.detail.get("counted")) == ("oscar", "refused", 3)
     assert "resume a rerun's new run: 2" in last.detail["reason"]  # each kind named
     assert f"resume run {run_id}: 1" in last.detail["reason"]
+
+
+def test_a_rerun_whose_start_fails_after_its_fork_names_the_run_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rerun with ``start`` makes its fork, then audits the start: where that fails (here the
+    store, at the audit's write) the fork exists, and the error said only "the store failed",
+    so a person retried and made a second fork. The error names the run made."""
+    from loopwright.web import _actions
+
+    store, run_id = _web().make_parked_run(tmp_path)
+    go, calls = _hold_resumes(monkeypatch)
+    real = _actions.operate
+
+    def failing(store: Any, who: Any, action: str, target: str, **kw: Any) -> None:
+        if action == "resume":
+            raise lw.StoreUnavailableError("the database went away")
+        real(store, who, action, target, **kw)
+
+    monkeypatch.setattr(_actions, "operate", failing)
+    c = TestClient(create_app(store, token=TOKEN, identity="oscar"), base_url=LOCAL)
+    with lw.Runtime(store) as rt:
+        before = {r.run_id for r in rt.store.list_runs()}
+    rerun = {"at_cycle": 0, "contract": {}, "start": True}
+    try:
+        r = c.post(f"/api/runs/{run_id}/rerun", json=rerun, headers=AUTH)
+    finally:
+        go.set()
+    assert r.status_code == 503, r.text
+    with lw.Runtime(store) as rt:
+        made = {r.run_id for r in rt.store.list_runs()} - before
+    assert len(made) == 1  # the fork was made before the step that failed
+    (new,) = made
+    detail = r.json()["detail"]
+    assert f"run {new} " in detail and "resume it" in detail, detail
+    assert calls == []  # not started
+    monkeypatch.setattr(_actions, "operate", real)
+    r = c.post(f"/api/runs/{new}/resume", json={}, headers=AUTH)  # what the error says to do
+    assert r.status_code == 200, r.text
+    for t in list(c.app.state.resumes):  # type: ignore[attr-defined]
+        t.join(120)
+    assert calls == [new]

@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from .._authority import may_operate, operate
 from .._compare import contract_changes, lay_over, merge_contract
-from .._contract import TERMINAL_STATUSES, Contract, refuse_engine_marks
+from .._contract import TERMINAL_STATUSES, contract_from_snapshot, refuse_engine_marks
 from .._engine import Runtime
 from .._errors import ConfigError, LoopwrightError, RunNotFoundError
 from .._keys import check_key
@@ -160,7 +160,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         merged = lay_over(rec.contract, changes)
         try:
             refuse_engine_marks(changes)  # (the origin's snapshot may carry it; a person not)
-            contract = Contract.from_dict(merged)
+            contract = contract_from_snapshot(merged)
         except ConfigError as exc:
             raise HTTPException(400, str(exc)) from exc
         except (TypeError, ValueError) as exc:
@@ -176,19 +176,27 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         # what the fork was given, as stored (a spend-only contract with its default ceiling)
         changed = contract_changes(rec.contract, new.contract)
         what = {"by": who, "at_cycle": at_cycle, "changed": changed}
-        store.append_events(
-            rec.run_id, [NewEvent(rec.cycle, "rerun_requested", {**what, "new_run": new.run_id})]
-        )
-        store.append_events(
-            new.run_id, [NewEvent(new.cycle, "rerun_of", {**what, "from_run": rec.run_id})]
-        )
+        try:  # the fork is made: a step that fails from here says which run (a retry made two)
+            store.append_events(
+                rec.run_id,
+                [NewEvent(rec.cycle, "rerun_requested", {**what, "new_run": new.run_id})],
+            )
+            store.append_events(
+                new.run_id, [NewEvent(new.cycle, "rerun_of", {**what, "from_run": rec.run_id})]
+            )
+            if start:  # audited, as a resume asked alone is (it was the fork's record only)
+                operate(store, who, "resume", f"run {new.run_id}", origin=origin)
+        except LoopwrightError as exc:
+            err = http_error(exc)
+            raise HTTPException(
+                err.status_code,
+                f"{err.detail}; the rerun's run {new.run_id} (of {rec.run_id} from cycle "
+                f"{at_cycle}) was made and not started: resume it (a rerun asked again makes "
+                "another)",
+            ) from exc
         said = ", ".join(f"{k} {v['from']} → {v['to']}" for k, v in changed.items()) or "same"
         msg = f"rerun of {rec.run_id[:12]} from cycle {at_cycle} by {who} (contract: {said})"
-        if start:  # audited, as a resume asked alone is (it was the fork's record only)
-            try:
-                operate(store, who, "resume", f"run {new.run_id}", origin=origin)
-            except LoopwrightError as exc:
-                raise http_error(exc) from exc
+        if start:
             msg += f"; {deps.resume_later(new.run_id)}"
         else:
             msg += "; Resume it to start"
