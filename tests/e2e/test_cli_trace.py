@@ -165,6 +165,10 @@ def test_bad_inputs_are_one_line_errors_with_exit_2(project: Path, runs: dict[st
         (("export", "preference-pairs", "--match", "nope"), "--match"),
         (("export", "eval-cases", "--run", runs["parked"]), "not ended"),
         (("export", "eval-cases", "--run", "no-such-run"), "no run"),
+        # the Python API names its parameter; the command its option
+        (("export", "eval-cases", "--run", run_id, "--project", "x"), "--run: names the runs"),
+        (("export", "eval-cases", "--run", runs["parked"]), "--run: run(s)"),
+        (("export", "preference-pairs", "--run", run_id, "--loop", "x"), "--run: names the"),
     ]
     for args, what in cases:
         r = lw(*args, cwd=project, store=store)

@@ -837,18 +837,25 @@ def test_a_run_named_twice_is_exported_once(world: World) -> None:
 
 def test_run_with_a_project_or_loop_filter_is_refused(world: World) -> None:
     """``--run ID --project other`` exported the run whatever its project, the filter dropped
-    in silence (outside probe, stop 51): the two together are refused."""
+    in silence (outside probe, stop 51): the two together are refused, named for a Python
+    caller by the parameters it passed (the CLI's ``--run`` was said to it too); a run not
+    ended likewise."""
     with world.store() as st:
         for kw in ({"project": "other"}, {"loop_name": "other"}, {"project": "traces"}):
-            with pytest.raises(lw.ConfigError, match="without --project or --loop"):
-                list(eval_cases(st, run_ids=["good"], **kw))
-            with pytest.raises(lw.ConfigError, match="without --project or --loop"):
-                preference_pairs(st, run_ids=["good"], **kw)
+            for export in (eval_cases, preference_pairs):
+                with pytest.raises(lw.ConfigError, match="names the runs itself") as err:
+                    list(export(st, run_ids=["good"], **kw))
+                assert err.value.field == "run_ids" and "--" not in str(err.value)
+        with pytest.raises(lw.ConfigError, match="not ended") as err:
+            list(eval_cases(st, run_ids=[world.runs["parked"]]))
+        assert err.value.field == "run_ids"
 
 
 def test_preference_pairs_bad_match(world: World) -> None:
-    with world.store() as st, pytest.raises(lw.ConfigError, match="--match"):
+    """The Python API's parameter is ``match`` (the CLI checks its ``--match`` first)."""
+    with world.store() as st, pytest.raises(lw.ConfigError, match="match") as err:
         preference_pairs(st, match="nope")  # type: ignore[arg-type]
+    assert err.value.field == "match"
 
 
 def test_model_calls_export_as_genai_client_spans(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import typer
 
 from .._errors import ConfigError, check_choice
 from ._app import RunArg, StoreOpt, app, new_typer, run_ref
-from ._options import out_folder
+from ._options import as_options, out_folder
 from ._stores import open_existing, unknown_filters
 
 __all__ = ["export_app", "trace"]
@@ -174,7 +174,8 @@ def eval_cases_cmd(
         # every cycle; a store's every case held at once grew with the store). The runs are
         # listed before --out is opened, so a run that has not ended is refused without
         # leaving a file behind.
-        ids = ended_run_ids(st, project=project, loop_name=loop, run_ids=run)
+        with as_options(run_ids="--run"):
+            ids = ended_run_ids(st, project=project, loop_name=loop, run_ids=run)
         with _output(out) as fh:
             for run_id in ids:
                 write_eval_case(st, run_id, fh)
@@ -209,7 +210,7 @@ def preference_pairs_cmd(
     from ..trace import preference_pairs, write_jsonl
 
     check_choice(match, ("state", "hindsight", "both"), "--match")
-    with open_existing(store) as st:
+    with open_existing(store) as st, as_options(run_ids="--run"):
         pairs = preference_pairs(
             st,
             project=project,

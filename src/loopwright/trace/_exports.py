@@ -156,7 +156,7 @@ def preference_pairs(
     the rejected one's context. ``"both"`` (the default): the two sets, state pairs first;
     each pair says which rule formed it.
     """
-    check_choice(match, ("state", "hindsight", "both"), "--match")
+    check_choice(match, ("state", "hindsight", "both"), "match")
     per_run = _candidates(store, _ended(store, project, loop_name, run_ids))
     picked: list[tuple[str, _Candidate, _Candidate]] = []
     seen: set[tuple[str, str, str]] = set()

@@ -216,9 +216,10 @@ def _ended(
     if run_ids and (project is not None or loop_name is not None):
         # both given, the runs named were exported whatever their project or loop, the
         # filter dropped in silence (outside probe, stop 51)
+        # named as the Python API's parameter; the CLI says its own option (``as_options``)
         raise ConfigError(
-            "names the runs itself: give it without --project or --loop (or those without it)",
-            field="--run",
+            "names the runs itself: give it without a project or loop filter (or those without it)",
+            field="run_ids",
         )
     if run_ids:
         # a run named twice (``--run ID --run ID``, or its id and a prefix of it) is one run:
@@ -226,7 +227,7 @@ def _ended(
         runs = list({r.run_id: r for r in map(store.get_run, run_ids)}.values())
         bad = [r.run_id for r in runs if r.status not in TERMINAL_STATUSES]
         if bad:
-            raise ConfigError(f"run(s) {', '.join(bad)} have not ended", field="--run")
+            raise ConfigError(f"run(s) {', '.join(bad)} have not ended", field="run_ids")
     else:
         runs = [
             r
