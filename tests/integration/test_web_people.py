@@ -239,11 +239,16 @@ def test_refused_sign_in_windows_are_bounded() -> None:
         log.refused(source, "wrong")
     s, u = ("sign in", "dashboard"), "(unknown token)"
     assert written == [("a", "wrong", 0, s, u), ("b", "wrong", 0, s, u)]
-    now[0] = log.window_s  # a's and b's windows are over: c is recorded, a's count too
-    log.refused("c", "wrong")
-    assert written[2:] == [("a", written[2][1], 2, s, u), ("c", "wrong", 0, s, u)]
-    log.flush()  # the two from c counted beyond the windows kept
-    assert written[4:] == [(MANY_SOURCES, written[2][1], 2, s, u)]
+    now[0] = log.window_s  # a's and b's windows are over: c is recorded, a's count too,
+    log.refused("c", "wrong")  # and the two from c counted beyond the windows kept
+    counted = written[2][1]
+    assert written[2:] == [
+        ("a", counted, 2, s, u),
+        (MANY_SOURCES, counted, 2, s, u),
+        ("c", "wrong", 0, s, u),
+    ]
+    log.flush()  # nothing more counted
+    assert len(written) == 5
 
 
 def test_a_flood_from_more_sources_than_are_kept_writes_no_record_per_attempt() -> None:
@@ -492,3 +497,29 @@ def test_forged_requests_under_a_person_s_name_are_counted_not_recorded_each(
     assert (last.actor, last.action, last.detail["counted"]) == ("ana", "refused requests", 99)
     assert f"POST /logout: 50; POST /runs/{run_id}/act: 49" in last.detail["reason"]
     assert c.get("/api/me").json()["name"] == "ana"  # still signed in, nothing cancelled
+
+
+def test_a_count_beyond_the_windows_kept_names_whom_and_is_recorded_on_schedule() -> None:
+    """The count of refusals beyond the windows kept was recorded under ``(unknown token)``
+    whatever was refused (a forged write under a person's name too), and only at a later
+    refusal from beyond them or at the server's stop, so a crash lost it. It names whom, and
+    is recorded when its window is over, at any later refusal, as a source's count is."""
+    from loopwright.web._auth import MANY_SOURCES, RefusedSignIns
+
+    written: list[tuple[str, str, int, tuple[str, str], str]] = []
+    now = [0.0]
+    log = RefusedSignIns(lambda *a: written.append(a), clock=lambda: now[0], max_sources=1)
+    forged = ("POST", "/runs/r1/cancel")
+    log.refused("http a", "no CSRF token", forged, "pat")
+    log.refused("http b", "no CSRF token", forged, "pat")  # beyond the one window kept
+    log.refused("http c", "no CSRF token", forged, "pat")
+    log.refused("http d", "wrong token")  # a sign-in, (unknown token)
+    assert written == [("http a", "no CSRF token", 0, forged, "pat")]
+    now[0] = log.window_s  # the windows are over; the next refusal, from a, records them
+    log.refused("http a", "wrong token")
+    counts = {(src, who): (n, what) for src, _why, n, what, who in written[1:] if n}
+    assert counts == {
+        (MANY_SOURCES, "pat"): (2, forged),
+        (MANY_SOURCES, "(unknown token)"): (1, ("sign in", "dashboard")),
+    }
+    assert written[-1] == ("http a", "wrong token", 0, ("sign in", "dashboard"), "(unknown token)")

@@ -299,9 +299,10 @@ class RefusedSignIns:
     sent it) are counted, and their count is recorded with the source's next record (its
     first refusal after the window) or when the server stops (``flush``). At most
     ``max_sources`` windows are open: a source beyond them, while each is within its window, is
-    counted with the others beyond (recorded as from ``MANY_SOURCES``), so however many
-    addresses try, a window's time writes at most ``max_sources`` records of refusals and as
-    many of counts. ``record(source, reason, counted, what, who)`` writes one record, ``what``
+    counted with the others beyond (recorded as from ``MANY_SOURCES``, under whom they were
+    refused as, at most 8 apart, then ``OTHERS``; recorded when their window is over on the
+    same schedule as a source's), so however many addresses try, a window's time writes at most
+    ``max_sources`` records of refusals and as many of counts. ``record(source, reason, counted, what, who)`` writes one record, ``what``
     its (action, target): a sign-in's
     ``("sign in", "dashboard")``, or the method and path of a write whose bearer token named
     nobody, or that had no token at all, which the same count per source holds (one flood, one
@@ -334,7 +335,9 @@ class RefusedSignIns:
         self._max = max_sources
         self.counted_reason = counted_reason or COUNTED
         self._windows: dict[tuple[str, str], _Window] = {}  # by (source, who); oldest first
-        self._overflow: _Window | None = None  # the sources beyond ``max_sources``
+        # the sources beyond ``max_sources``, a window per whom they were recorded under (a
+        # forged write's person, ``(unknown token)``...), at most ``_NAMED`` then ``OTHERS``
+        self._overflow: dict[str, _Window] = {}
         self._lock = threading.Lock()
 
     def _count_of(self, source: str, w: _Window, who: str) -> _Row:
@@ -367,6 +370,12 @@ class RefusedSignIns:
                 gone = self._windows.pop(first)
                 if gone.counted:
                     out.append(self._count_of(first[0], gone, first[1]))
+            # ... and so do the windows of the sources beyond them (only a later refusal from
+            # beyond closed one, so a crash in a quiet spell lost its count)
+            for over in [k for k, ov in self._overflow.items() if now - ov.start >= self.window_s]:
+                ov = self._overflow.pop(over)
+                if ov.counted:
+                    out.append(self._count_of(MANY_SOURCES, ov, over))
             if len(self._windows) < self._max:
                 self._windows[key] = _Window(now)
                 carried = 0
@@ -381,16 +390,11 @@ class RefusedSignIns:
                 # with the others beyond them, not recorded. Closing the oldest window for it
                 # (as before) let a flood from more addresses than are kept (an IPv6 prefix)
                 # write a record per attempt, and recorded no more than a source each.
-                ov = self._overflow
-                if ov is not None and now - ov.start >= self.window_s:
-                    if ov.counted:
-                        out.append(self._count_of(MANY_SOURCES, ov, UNKNOWN_TOKEN))
-                    ov = None
-                if ov is None:
-                    ov = self._overflow = _Window(now)
-                ov.count(what)
+                whom = who if who in self._overflow or len(self._overflow) < _NAMED else OTHERS
+                beyond = self._overflow.setdefault(whom, _Window(now))
+                beyond.count(what)
                 if old is not None:
-                    ov.absorb(old)
+                    beyond.absorb(old)
         for args in out:
             self._record(*args)
 
@@ -398,16 +402,16 @@ class RefusedSignIns:
         """Record the counts not yet recorded (the server stops)."""
         with self._lock:
             held = [self._count_of(s, w, who) for (s, who), w in self._windows.items()]
-            if self._overflow is not None:
-                held.append(self._count_of(MANY_SOURCES, self._overflow, UNKNOWN_TOKEN))
+            held += [self._count_of(MANY_SOURCES, w, who) for who, w in self._overflow.items()]
             self._windows.clear()
-            self._overflow = None
+            self._overflow.clear()
         for args in held:
             if args[2]:
                 self._record(*args)
 
 
 MANY_SOURCES = "http (many sources)"  # where the refusals beyond the windows kept come from
+OTHERS = "(several)"  # whom they are recorded under, beyond the ``_NAMED`` first kept apart
 COUNTED = (
     "refused sign-ins (and writes with no token, one naming nobody, or no CSRF token) counted "
     "since the last record from here"
