@@ -4,6 +4,7 @@ left out) and the feedback memory recalled for it (mixed into ``Runtime`` throug
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,7 +13,7 @@ from ._copy_on_read import _CopyOnRead, _json_copy
 from ._exec import Execution as _Exec
 from ._gates import Gates
 from ._group import GroupRecall
-from ._memory import MemoryItem, recall_scopes
+from ._memory import MemoryItem, held_out_in, recall_scopes
 from ._proposal import Context, Remaining
 from ._recall import recall
 from ._state import TaskState
@@ -20,6 +21,8 @@ from ._state import TaskState
 __all__ = ["HELD_OUT_KEY", "ActorContext"]
 
 HELD_OUT_KEY = "held_out"
+
+log = logging.getLogger("loopwright.memory")
 
 
 class ActorContext(Gates):
@@ -135,15 +138,23 @@ def _asked(s: TaskState) -> tuple[list[tuple[str, str | None]], str]:
 
 
 def _shown(items: Sequence[MemoryItem]) -> tuple[dict[str, Any], ...]:
-    """Recalled items as a context shows them."""
-    return tuple(
-        {
-            "memory_id": m.memory_id,
-            "scope": m.scope,
-            "signal": m.signal,
-            "strength": m.strength,
-            "text": m.text,
-            "rule": m.rule,
-        }
-        for m in items
-    )
+    """Recalled items as a context shows them; one whose rule or source holds a held-out
+    marker (a row written before ``FeedbackMemory.add`` screened them, or into the store past
+    it) is left out, with a warning: held-out verdicts never reach an actor (invariant 3)."""
+    shown: list[dict[str, Any]] = []
+    for m in items:  # (a loop: no comprehension a cycle)
+        at = held_out_in(m)
+        if at is not None:
+            log.warning("memory item %s not shown: marked held out at %s", m.memory_id, at)
+            continue
+        shown.append(
+            {
+                "memory_id": m.memory_id,
+                "scope": m.scope,
+                "signal": m.signal,
+                "strength": m.strength,
+                "text": m.text,
+                "rule": m.rule,
+            }
+        )
+    return tuple(shown)

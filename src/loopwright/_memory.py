@@ -327,6 +327,17 @@ def _no_held_out(value: Any, name: str) -> None:
         )
 
 
+def held_out_in(item: MemoryItem) -> str | None:
+    """Where a stored item's rule or source holds a held-out marker (``rule.verdicts[0]
+    .held_out``), None where neither does: ``add``'s screen, walked again at recall for rows
+    written before it (or past it, straight into the store), which never reach an actor."""
+    for name, value in (("rule", item.rule), ("source", item.source)):
+        at = _held_out_at(value)
+        if at is not None:
+            return f"{name}.{at}"
+    return None
+
+
 class FeedbackMemory:
     """Scoped feedback memory over a store (SQLite or PostgreSQL).
 

@@ -426,3 +426,33 @@ def test_the_largest_recall_cap_is_taken_by_the_store() -> None:
     memory.add(scope="task", scope_key="t", signal="correction", text="cite sources", by="ann")
     found = memory.retrieve(task_key="t", project="", query="cite", ranked=2**63 - 1)
     assert [m.text for m in found] == ["cite sources"]
+
+
+def test_an_item_marked_held_out_in_the_store_is_not_recalled_to_the_actor(
+    rt: lw.Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``add`` refuses a rule or source holding a held-out marker at any depth; a row written
+    before that screen (or straight into the store) was recalled to the actor as it was. The
+    screen is walked again at recall: such an item is left out, with a warning."""
+    kept = rt.memory.add(
+        scope="project", scope_key="A", signal="correction", text="amounts in EUR", by="ana"
+    )
+    for i, (part, marked) in enumerate(
+        (
+            ("rule", {"verdicts": [{"name": "audit", "held_out": True, "says": MARK}]}),
+            ("source", {"cycle": 2, "checks": {"Held-Out": [MARK]}}),
+        )
+    ):
+        old = dataclasses.replace(
+            kept, memory_id=f"oldrow{i:010d}", text=f"an older rule {i}", **{part: marked}
+        )
+        rt.store.memory_add(old.to_dict())  # as a Python caller could before the screen
+    actor = Recorder()
+    with caplog.at_level("WARNING", logger="loopwright.memory"):
+        rt.run_sync(make_loop(actor), task("a-1", "A"))
+    shown = [m for c in actor.contexts for m in c.memory]
+    assert {m["text"] for m in shown} == {"amounts in EUR"}
+    assert MARK not in json.dumps(shown)
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "oldrow0000000000" in warned and "rule.verdicts[0].held_out" in warned
+    assert "oldrow0000000001" in warned and "source.checks.Held-Out" in warned
