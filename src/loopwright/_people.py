@@ -452,7 +452,12 @@ class Decisions(RuntimeHost):
         cur = TaskState.from_dict(latest.state)
         stale = _open_requests(cur.pending)
         ex = _Exec(
-            rec.run_id, loop or _NO_LOOP, contract_from_snapshot(rec.contract), token, latest.seq, cur
+            rec.run_id,
+            loop or _NO_LOOP,
+            contract_from_snapshot(rec.contract),
+            token,
+            latest.seq,
+            cur,
         )
         doubt = self._in_flight(
             ex, "was in flight when the run was rolled back: check whether it happened"
