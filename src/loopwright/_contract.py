@@ -32,6 +32,7 @@ __all__ = [
     "Success",
     "contract_from_snapshot",
     "refuse_engine_marks",
+    "snapshot_as_written",
     "status_for",
 ]
 
@@ -646,6 +647,21 @@ def contract_from_snapshot(data: Mapping[str, Any]) -> Contract:
     ceiling's mark (``budget.max_cycles_default``) kept: the engine's own loader (resume, fork,
     the web, the CLI's views). ``Contract.from_dict``, the public one, refuses the mark."""
     return Contract._from_dict(data, snapshot=True)
+
+
+def snapshot_as_written(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's snapshot as a person would write it, for what leaves the engine (an eval case):
+    the default ceiling the engine gave it (``max_cycles`` with its mark) left out, as its author
+    left it out. ``Contract.from_dict`` reads the result, and a loop built on it is given the
+    ceiling again; with the mark kept, the documented ``from_dict(case["contract"])`` refused
+    every spend-only run's case."""
+    out = dict(data)
+    budget = out.get("budget")
+    if isinstance(budget, Mapping) and budget.get("max_cycles_default") is True:
+        out["budget"] = {
+            k: v for k, v in budget.items() if k not in ("max_cycles", "max_cycles_default")
+        }
+    return out
 
 
 def _section(typ: type, data: Any, where: str) -> Any:

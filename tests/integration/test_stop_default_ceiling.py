@@ -291,3 +291,34 @@ def test_the_rerun_form_shows_the_default_ceiling_as_no_cap_of_the_persons(
     assert (timed["max_cycles"], timed.get("max_cycles_default")) == (None, None)
     mine = rerun(max_cycles="1000", max_seconds="60")
     assert (mine["max_cycles"], mine.get("max_cycles_default")) == (CEILING, None)
+
+
+def test_an_eval_case_of_a_spend_only_run_is_read_by_from_dict(tmp_path: Path) -> None:
+    """An eval case's contract is the run's snapshot as its author wrote it: the default ceiling
+    the engine gave it left out. With the mark kept, the documented
+    ``Contract.from_dict(case["contract"])`` refused every spend-only run's case (the public
+    loader refuses the engine's mark, stop 51); a loop built on the case's contract is given
+    the ceiling again, so the case replays under the contract the run had."""
+    from loopwright.trace import eval_case
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=True, score=1.0, usage=lw.Usage(0.01, 10))
+
+    loop = lw.Loop(
+        name="once",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"c": "done"}),
+        verifiers=[lw.Check(fn=check)],
+        contract=SPEND_ONLY,
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        assert r.status == "accepted"
+        snapshot = rt.store.get_run(r.run_id).contract
+        assert snapshot["budget"]["max_cycles_default"] is True
+        case = eval_case(rt.store, r.run_id)
+    budget = case["contract"]["budget"]
+    assert "max_cycles" not in budget and "max_cycles_default" not in budget
+    assert budget["max_cost_usd"] == 0.5
+    contract = lw.Contract.from_dict(case["contract"])
+    assert contract == SPEND_ONLY
+    assert contract.with_default_ceiling() == contract_from_snapshot(snapshot)

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import IO, Any
 
 from .._concluded import concluded_at, concluded_in
+from .._contract import snapshot_as_written
 from .._cycle import ASKED
 from .._decide import record_no_attempt
 from .._engine import HELD_OUT_KEY
@@ -109,7 +110,7 @@ def _case_halves(
         "spec_ref": rec.spec_ref,
         "task": rec.task,
         "held_out_keys": [HELD_OUT_KEY] if HELD_OUT_KEY in rec.task else [],
-        "contract": rec.contract,
+        "contract": snapshot_as_written(rec.contract),
         "initial_artifacts": initial.values(),
         "forked_from": (
             {"run_id": rec.forked_from, "cycle": rec.forked_at} if rec.forked_from else None
