@@ -220,7 +220,7 @@ def _decide(
 ) -> None:
     from .._engine import Runtime
     from ._people_cmd import acting_as
-    from ._render import console
+    from ._render import say
 
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
@@ -237,12 +237,12 @@ def _decide(
         if decided.status == "pending":
             votes = rt.store.votes(decided.approval_id)
             need = int((decided.evidence.get("who") or {}).get("approvers") or 1)
-            console().print(
+            say(
                 f"{who} approved {decided.approval_id} ({len(votes)} of {need} approvers); it "
                 "waits for another person"
             )
             return
-        console().print(
+        say(
             f"{decided.status} {decided.approval_id} for run {rec.run_id[:12]} by "
             f"{decided.decided_by}"
             + (f": {decided.answer!r}" if decided.answer is not None else "")
@@ -251,11 +251,11 @@ def _decide(
             from ._interrupt import run_async
 
             result = run_async(rt.resume(rec.run_id, _loop_for(rec)))
-            console().print(f"run {rec.run_id[:12]}: {result.status} ({result.stop_reason or '-'})")
+            say(f"run {rec.run_id[:12]}: {result.status} ({result.stop_reason or '-'})")
             from ._tasks import exit_code_for
 
             raise typer.Exit(exit_code_for([result.status]))
-        console().print(continue_hint(rec))
+        say(continue_hint(rec))
 
 
 @app.command(short_help="Cancel a run; compensations of its effects are offered.")
@@ -275,7 +275,7 @@ def cancel(
     """
     from .._contract import TERMINAL_STATUSES
     from .._engine import Runtime
-    from ._render import console
+    from ._render import say
 
     with Runtime(existing_store(store)) as rt:
         before = rt.store.get_run(run_id)
@@ -297,7 +297,7 @@ def cancel(
         )
         reversal = _reversal(rt.store, rec.run_id)
         me = "--token T" if rt.store.has_users() else "--by NAME"
-    console().print(
+    say(
         f"run {rec.run_id[:12]}: {rec.status}"
         + (
             ""
@@ -326,29 +326,28 @@ def _print_reversal(
     """Say what will be undone, and how: an allowed compensation runs on the next resume (a
     refund, say), which the command used to leave unsaid, as it did the effects of a run
     started from Python that it could not offer (the CLI cannot load that run's loop)."""
-    from rich.markup import escape
-
-    from ._render import console
+    from ._render import say
 
     stage, asks = reversal
     rid = run_id[:12]
     if unoffered:
-        console().print(
-            f"[yellow]{unoffered} completed effect(s) not offered for compensation: the run was "
-            f"started from Python; use {python}[/]"
+        say(
+            f"{unoffered} completed effect(s) not offered for compensation: the run was "
+            f"started from Python; use {python}",
+            style="yellow",
         )
     for o in stage.get("offers") or ():
         what = f"{o.get('effect')} ({o.get('key')})"
         if o.get("action") == "allow":
-            console().print(f"  undone on resume: {escape(what)} ({escape(str(o.get('why')))})")
+            say(f"  undone on resume: {what} ({o.get('why')})")
         elif o.get("action") == "deny":
-            console().print(f"  not undone: {escape(what)} ({escape(str(o.get('why')))})")
+            say(f"  not undone: {what} ({o.get('why')})")
     for item in stage.get("irreversible") or ():
-        console().print(f"  irreversible (no compensation): {escape(str(item))}")
+        say(f"  irreversible (no compensation): {item}")
     for a in asks:
-        console().print(f"  compensation {a.approval_id}: {escape(a.what)}")
+        say(f"  compensation {a.approval_id}: {a.what}")
     if asks:
-        console().print(
+        say(
             f"decide each with: loopwright approve {rid} --request ID {me} "
             f"(or deny), then: loopwright resume {rid}"
         )
@@ -370,7 +369,7 @@ def rollback(
     approval policy and run on the next `loopwright resume`.
     """
     from .._engine import Runtime
-    from ._render import console
+    from ._render import say
 
     if to_cycle < 0:
         raise ConfigError("must be 0 or more", field="--to-cycle")
@@ -393,7 +392,7 @@ def rollback(
         )
         reversal = _reversal(rt.store, rec.run_id)
         me = "--token T" if rt.store.has_users() else "--by NAME"
-    console().print(f"run {rec.run_id[:12]}: rolled back to cycle {to_cycle}, now {rec.status}")
+    say(f"run {rec.run_id[:12]}: rolled back to cycle {to_cycle}, now {rec.status}")
     _print_reversal(rec.run_id, reversal, done, "Runtime.rollback(run, N, by=..., loop=...)", me)
     if rec.status != "awaiting_approval":
-        console().print(continue_hint(rec))
+        say(continue_hint(rec))

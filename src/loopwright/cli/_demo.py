@@ -27,8 +27,10 @@ def demo_spec() -> Path:
 def run_demo(store: str | None, concurrency: int, token: str | None = None) -> None:
     """Run the demo's tasks; in a store with users they are started by ``token``'s user (else
     ``$LOOPWRIGHT_TOKEN``'s), who must be allowed to operate (``starter``)."""
+    from rich.markup import escape
+
     from ._app import _execute
-    from ._render import console
+    from ._render import console, say
     from ._stores import creatable_store
 
     store = creatable_store(store)  # (a folder that does not exist is a typo's, as for `run`)
@@ -45,11 +47,13 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
         # refused before the banner announces a workload that is not going to run.
         who = starter(st, token, target=f"loop {loop.name}", tasks=len(tasks))
     out = console()
-    out.print(
+    say(
         f"[bold]loopwright demo[/]: {len(tasks)} invoice exceptions, offline actor, "
-        f"contract from {spec.name} (success ≥ 0.98 with evidence; no progress after 2 "
+        f"contract from {escape(spec.name)} (success ≥ 0.98 with evidence; no progress after 2 "
         "cycles; ≤ 6 cycles, $3, 90 s; pause on payment change, conflicting evidence or "
-        "policy ambiguity)\n"
+        "policy ambiguity)\n",
+        out=out,
+        markup=True,
     )
     results = _execute(
         loop,
@@ -86,9 +90,4 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
     out.print("\n[bold]Try next[/]")
     width = max(len(cmd + where) for cmd, _ in steps) + 2
     for cmd, what in steps:
-        out.print(
-            f"  {cmd + where:<{width}}{what}".rstrip(),
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
+        say(f"  {cmd + where:<{width}}{what}".rstrip(), out=out)

@@ -190,8 +190,10 @@ def _fit_and_say(
     plot: Path | None,
     as_json: bool,
 ) -> None:
+    from rich.markup import escape
+
     from ..replay._fit import Grid, fit_stop, plot_frontier, split_folds
-    from ._render import console
+    from ._render import console, say
 
     source = " + ".join(sources)
     split_folds(keys, folds, seed)  # bad --folds fails here, before the progress bar
@@ -227,7 +229,7 @@ def _fit_and_say(
 
     thin = few_to_keep(result)
     if thin is not None:
-        console(stderr=True).print(thin)
+        say(thin, stderr=True)
     toml_text = result.to_toml()
     _write(out, toml_text, "--out")
     if report is not None:
@@ -247,27 +249,32 @@ def _fit_and_say(
         return
     con = console()
     con.print(_table(result))
-    con.print(
-        "[dim]pooled: every run judged once, by the contract picked without its fold; "
-        "all runs: the contract written, picked on all of them[/]"
+    say(
+        "pooled: every run judged once, by the contract picked without its fold; "
+        "all runs: the contract written, picked on all of them",
+        out=con,
+        style="dim",
     )
     sp = result.spread()
-    con.print(
+    say(
         f"rules picked by the {len(result.folds)} folds: {sp['distinct_rules']} distinct, "
-        f"{sp['distinct_families']} famil{'y' if sp['distinct_families'] == 1 else 'ies'}"
+        f"{sp['distinct_families']} famil{'y' if sp['distinct_families'] == 1 else 'ies'}",
+        out=con,
     )
     con.print(_fixed_table(result))
     if result.fixed is not None:
-        con.print(result.fixed.verdict)
-    con.print(
-        f"chosen: [bold]{result.params.describe()}[/]"
+        say(result.fixed.verdict, out=con)
+    # (the rule's words escaped: the one markup of this line is its own)
+    say(
+        f"chosen: [bold]{escape(result.params.describe())}[/]"
         + ("" if result.feasible else " [yellow](no candidate kept enough)[/]")
-        + f"  ({len(result.candidates)} candidates, {result.seconds:.1f} s)"
+        + f"  ({len(result.candidates)} candidates, {result.seconds:.1f} s)",
+        out=con,
+        markup=True,
     )
     for path, what in ((out, "contract"), (report, "report"), (plot, "plot")):
         if path is not None:
-            # one line as written, whatever the width or the path (``import ldb``'s lines)
-            con.print(f"wrote {what} to {path}", markup=False, highlight=False, soft_wrap=True)
+            say(f"wrote {what} to {path}", out=con)
     if out is None:
         con.print()
         typer.echo(toml_text, nl=False)

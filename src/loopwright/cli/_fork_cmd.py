@@ -53,7 +53,7 @@ def fork(
     from .._loop import other_loop
     from .._spec import load_spec
     from ..replay._report import contract_tables
-    from ._render import console
+    from ._render import say
 
     if at_cycle < 0:
         raise ConfigError("must be 0 or more", field="--at-cycle")
@@ -94,15 +94,15 @@ def fork(
         # what the fork was given, as stored (a spend-only contract with its default ceiling)
         changed = contract_changes(rec.contract, new.contract)
         at_once = stops_at_once(rt.store, new)
-    console().print(
+    say(
         f"forked run {rec.run_id[:12]} at cycle {at_cycle}: new run {new.run_id[:12]} "
         f"(task key {new.task_key})"
     )
     said = "; ".join(f"{k} {v['from']!r} -> {v['to']!r}" for k, v in changed.items())
-    console().print(f"contract: {said or 'unchanged'}")
-    console().print(continue_hint(new, "run it"))
+    say(f"contract: {said or 'unchanged'}")
+    say(continue_hint(new, "run it"))
     if at_once is not None:
-        console(stderr=True).print(at_once)
+        say(at_once, stderr=True)
 
 
 def stops_at_once(store: Store, new: RunRecord) -> str | None:
@@ -157,7 +157,7 @@ def edit(
     """Give PART of RUN a new version authored by a person: accepted, recorded with the diff,
     and remembered as an `edit` signal for the task. An ended run is reopened."""
     from .._engine import Runtime
-    from ._render import console
+    from ._render import say
     from ._table import interrupted
 
     if (value is None) == (file is None):
@@ -212,8 +212,8 @@ def edit(
         # a run left running by a process that stopped (killed): as `loopwright runs` says
         stopped = interrupted(rec, rt.store.clock()) if rec.status == "running" else None
     status = rec.status + (f" ({stopped.split(':')[0]})" if stopped else "")
-    console().print(f"run {rec.run_id[:12]}: {part} edited by {who}, now {status}")
+    say(f"run {rec.run_id[:12]}: {part} edited by {who}, now {status}")
     if why is not None:
-        console().print(why)
+        say(why)
     elif rec.status == "pending" or stopped:
-        console().print(continue_hint(rec, "resume it" if stopped else "continue it"))
+        say(continue_hint(rec, "resume it" if stopped else "continue it"))

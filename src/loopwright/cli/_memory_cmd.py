@@ -142,10 +142,10 @@ def _print_item(verb: str, it: MemoryItem, as_json: bool) -> None:
     if as_json:
         _print_json(it.to_dict())
         return
-    from ._render import console
+    from ._render import say
 
     where = it.scope if it.scope == "global" else f"{it.scope} {it.scope_key}"
-    console().print(f"memory {it.memory_id} {verb}: {it.status} ({where}, {it.signal})")
+    say(f"memory {it.memory_id} {verb}: {it.status} ({where}, {it.signal})")
 
 
 @memory_app.command("list")
@@ -315,9 +315,9 @@ def add(
         _audited(st, who, "memory add", it)
     _print_item("added", it, as_json)
     if it.status == "candidate" and not as_json:
-        from ._render import console
+        from ._render import say
 
-        console().print(f"confirm it with: loopwright memory confirm {it.memory_id} {me}")
+        say(f"confirm it with: loopwright memory confirm {it.memory_id} {me}")
 
 
 @memory_app.command(short_help="Confirm a candidate: it becomes active.")
@@ -382,12 +382,14 @@ def propose(
         return
     from rich.markup import escape
 
-    from ._render import console
+    from ._render import say
 
-    out = console()
-    out.print(f"{len(items)} global candidate(s) proposed")
+    say(f"{len(items)} global candidate(s) proposed")
     for it in items:
         projects = ", ".join(it.source.get("projects", []))
-        out.print(f"  {it.memory_id}  {escape(it.text)}  [dim](projects: {escape(projects)})[/]")
+        say(
+            f"  {it.memory_id}  {escape(it.text)}  [dim](projects: {escape(projects)})[/]",
+            markup=True,
+        )
     if items:
-        out.print(f"confirm each with: loopwright memory confirm ID {me}")
+        say(f"confirm each with: loopwright memory confirm ID {me}")

@@ -186,13 +186,13 @@ def _not_a_database(path: Path, option: str) -> None:
 
 def _not_an_input(path: Path, option: str, inputs: Iterable[str | Path]) -> None:
     """Refuse to write over a file the command reads: ``fit-stop runs.jsonl --report
-    runs.jsonl`` replaced the recorded runs with the report (outside probe, stop 51)."""
+    runs.jsonl`` replaced the recorded runs with the report (outside probe, stop 51). Only a
+    regular file (``same_regular_file``): ``fit-stop /dev/stdin --out /dev/stdout`` on one
+    terminal is read from and written to, not written over."""
+    from .._same_file import same_regular_file
+
     for given in inputs:
-        try:
-            same = path.exists() and path.samefile(given)
-        except OSError:
-            continue  # an input not there: its reader says so
-        if same:
+        if same_regular_file(path, given):  # (an input not there: its reader says so)
             raise ConfigError(
                 f"{path} is an input of this command ({given}): writing there would replace "
                 "it; name another file",

@@ -268,16 +268,18 @@ def users_revoke(
 
 
 def _user_line(u: UserRecord) -> dict[str, Any]:
+    from rich.markup import escape
+
     limits = ", ".join(
         f"{k} ≤ {v:,.0f}" if v is not None else k for k, v in sorted(u.limits.items())
     )
     return {
-        "name": u.name,
-        "roles": ", ".join(u.roles),
-        "may approve": limits or ("any" if "approver" in u.roles else "-"),
+        "name": escape(u.name),
+        "roles": escape(", ".join(u.roles)),
+        "may approve": escape(limits) or ("any" if "approver" in u.roles else "-"),
         "status": "revoked" if u.revoked_at else "active",
         "added": time.strftime("%Y-%m-%d %H:%M", time.localtime(u.created_at)),
-        "by": u.created_by,
+        "by": escape(u.created_by),
     }
 
 
@@ -286,7 +288,7 @@ def users_list(json_: JsonOpt = False, store: StoreOpt = None) -> None:
     """List users, their roles and approval limits (tokens are never shown)."""
     from rich.table import Table
 
-    from ._render import console
+    from ._render import console, say
 
     with open_existing(store) as st:
         users = st.list_users()
@@ -294,7 +296,7 @@ def users_list(json_: JsonOpt = False, store: StoreOpt = None) -> None:
         _print_json([u.to_dict() for u in users])
         return
     if not users:
-        console().print("no users: this store is open to local use (docs/permissions.md)")
+        say("no users: this store is open to local use (docs/permissions.md)")
         return
     table = Table(title=f"{len(users)} user(s)")
     for col in ("name", "roles", "may approve", "status", "added", "by"):
@@ -315,9 +317,10 @@ def authority(
 ) -> None:
     """Per loop and effect kind: whether the loop has earned automatic approval, from which
     approvals, since when, and what revoked it last. Off unless a spec has [[authority]]."""
+    from rich.markup import escape
     from rich.table import Table
 
-    from ._render import console
+    from ._render import console, say
 
     with open_existing(store) as st:
         rows = [a.to_dict() for a in standings(st, [str(spec)] if spec is not None else [])]
@@ -325,21 +328,19 @@ def authority(
         _print_json(rows)
         return
     if not rows:
-        console().print(
-            "no earned authority: no loop here has \\[\\[authority]] in its spec (docs/permissions.md)"
-        )
+        say("no earned authority: no loop here has [[authority]] in its spec (docs/permissions.md)")
         return
     table = Table(title="earned authority")
     for col in ("loop", "kind", "up to", "earned", "clean approvals", "last revoked by"):
         table.add_column(col)
     for r in rows:
         table.add_row(
-            f"{r['loop']} ({(r['version'] or '-')[:8]})",
-            r["kind"],
+            escape(f"{r['loop']} ({(r['version'] or '-')[:8]})"),
+            escape(r["kind"]),
             f"{r['grant']['up_to']:,.0f}",
             "[green]yes[/]" if r["earned"] else "no",
             _clean(r["clean_approvals"], r["needed"]),
-            r["last_revoked_by"] or "-",
+            escape(r["last_revoked_by"] or "-"),
         )
     console().print(table)
 
@@ -372,7 +373,7 @@ def audit_cmd(
     from rich.markup import escape
     from rich.table import Table
 
-    from ._render import console
+    from ._render import console, say
 
     out = console()
 
@@ -386,11 +387,13 @@ def audit_cmd(
         return "[red]refused[/]" if r.outcome == "refused" else r.outcome
 
     if out.width < 120:  # a table of 8 columns folds every cell: one record a line instead
-        out.print(f"{len(records)} audit record(s)")
+        # one record a line, whole in a pipe (80 columns there: each folded in two or three)
+        say(f"{len(records)} audit record(s)", out=out)
         for r in records:
             when = time.strftime("%m-%d %H:%M:%S", time.localtime(r.at))
             head = f"{r.audit_id:>4} {when} {escape(r.actor)} {escape(r.action)} {escape(r.target)}"
-            out.print(f"{head}: {outcome_of(r)} ({escape(r.origin)}) {detail_of(r)}".rstrip())
+            line = f"{head}: {outcome_of(r)} ({escape(r.origin)}) {detail_of(r)}".rstrip()
+            say(line, out=out, markup=True)
         return
     table = Table(title=f"{len(records)} audit record(s)")
     for col in ("id", "when", "who", "did", "on", "outcome", "from", "detail"):

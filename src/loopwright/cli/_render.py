@@ -32,6 +32,7 @@ __all__ = [
     "json_text",
     "run_detail",
     "run_detail_parts",
+    "say",
     "summary_table",
 ]
 
@@ -520,6 +521,24 @@ class _Console(Console):
 
 def console(stderr: bool = False) -> Console:
     return _Console(stderr=stderr, highlight=False)
+
+
+def say(
+    text: str,
+    *,
+    out: Console | None = None,
+    stderr: bool = False,
+    style: str | None = None,
+    markup: bool = False,
+) -> None:
+    """Print a message of one line (a summary, ``wrote X to PATH``, a hint, a note) as written:
+    never folded at the console's width (80 columns in a pipe: a script reading the line found
+    half of it), and the text as given, not read as markup (a path or a name holding ``[b]``
+    printed as another). ``style`` colours the whole line; ``markup=True`` only for a line
+    whose every user-given part the caller escaped (``rich.markup.escape``). ``out``: the
+    console to print on (a live view's), else ``console(stderr)``."""
+    con = out if out is not None else console(stderr=stderr)
+    con.print(text, markup=markup, highlight=False, soft_wrap=True, style=style)
 
 
 def overwrites(events: Iterable[Any]) -> str | None:

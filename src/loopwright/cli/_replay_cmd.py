@@ -106,16 +106,18 @@ def replay_cmd(
     if as_json:
         _print_json(report.to_dict())
         return
+    from rich.markup import escape
     from rich.table import Table
 
     from ._render import console
 
     rows = [report.recorded] + [t for t, _ in report.contracts]
     title = f"{count[0]} recorded run(s) from {source}"
-    t = Table(title=title, title_justify="left")
+    # the path and the contracts' file names as given (a table's title and headers are markup)
+    t = Table(title=escape(title), title_justify="left")
     t.add_column("")
     for r in rows:
-        t.add_column(r.name, justify="right")
+        t.add_column(escape(r.name), justify="right")
 
     def money(v: float | None) -> str:
         return "-" if v is None else f"${v:,.4f}"

@@ -31,9 +31,9 @@ def _loop_or_none(rec: RunRecord) -> Loop | None:
     try:
         return _loop_for(rec)
     except ConfigError as exc:
-        from ._render import console
+        from ._render import say
 
-        console(stderr=True).print(f"[yellow]compensations not offered: {exc}[/]")
+        say(f"compensations not offered: {exc}", stderr=True, style="yellow")
         return None
 
 
@@ -86,7 +86,7 @@ def resume(
         else:
             targets = [r for r in rt.store.list_runs() if _resumable(rt.store, r)]
         results: list[RunResult] = []
-        from ._render import console
+        from ._render import console, say
 
         out = console(stderr=as_json)
         skipped: list[str] = []  # not resumed here: exit 0 would read as "all accepted"
@@ -96,7 +96,7 @@ def resume(
             except ConfigError as exc:
                 if run_id is not None:
                     raise
-                out.print(f"[yellow]skipped {rec.run_id[:12]}: {exc}[/]")
+                say(f"skipped {rec.run_id[:12]}: {exc}", out=out, style="yellow")
                 skipped.append(f"{rec.run_id[:12]} ({rec.task_key})")
                 continue
             try:
@@ -104,15 +104,16 @@ def resume(
             except ConflictError as exc:
                 if run_id is not None:
                     raise
-                out.print(f"[yellow]skipped {rec.run_id[:12]}: {exc}[/]")
+                say(f"skipped {rec.run_id[:12]}: {exc}", out=out, style="yellow")
                 skipped.append(f"{rec.run_id[:12]} ({rec.task_key})")
                 continue
             results.append(res)
-            out.print(
-                f"run {res.run_id[:12]} ({rec.task_key}): {res.status} ({res.stop_reason or '-'})"
+            say(
+                f"run {res.run_id[:12]} ({rec.task_key}): {res.status} ({res.stop_reason or '-'})",
+                out=out,
             )
         if not targets:
-            out.print("nothing to resume")
+            say("nothing to resume", out=out)
     if as_json:
         _print_json([r.to_dict() for r in results])
     code = exit_code_for([r.status for r in results])

@@ -108,14 +108,14 @@ def _execute_on_ray(
     from ..executors import RayBatchError, run_on_ray
     from ..store import open_store, resolve_store_url
     from ._people_cmd import starter
-    from ._render import console, summary_table
+    from ._render import console, say, summary_table
 
     out = console(stderr=quiet)
     with open_store(resolve_store_url(store)) as st:
         who = starter(st, token, target=f"loop {loop.name}", tasks=len(items))
 
     def report(r: RunResult) -> None:
-        out.print(f"run {r.run_id[:12]} ({r.task_key}): {r.status} ({r.stop_reason or '-'})")
+        say(f"run {r.run_id[:12]} ({r.task_key}): {r.status} ({r.stop_reason or '-'})", out=out)
 
     try:
         results = run_on_ray(
@@ -134,7 +134,7 @@ def _execute_on_ray(
         raise
     except RayBatchError as exc:
         for run_id, why in exc.failures.items():
-            console(stderr=True).print(f"[red]run {run_id[:12]} failed on Ray: {why}[/]")
+            say(f"run {run_id[:12]} failed on Ray: {why}", stderr=True, style="red")
         raise typer.Exit(1) from None
     if not quiet:
         with open_store(store) as st:
@@ -179,7 +179,7 @@ def _execute(
     from .._task_parts import ignored_task
     from ._interrupt import run_async
     from ._live import LiveView
-    from ._render import console, summary_table
+    from ._render import console, say, summary_table
 
     view = LiveView(len(items), title or f"{loop.name}: {len(items)} task(s)")
     with Runtime(store, on_progress=view.update) as rt:
@@ -200,11 +200,9 @@ def _execute(
             view.update(rec)
         out = console(stderr=quiet)
         for why in notes[:5]:
-            console(stderr=True).print(f"note: {why}", style="yellow", markup=False)
+            say(f"note: {why}", stderr=True, style="yellow")
         if len(notes) > 5:
-            console(stderr=True).print(
-                f"note: and {len(notes) - 5} more task(s) like these", style="yellow"
-            )
+            say(f"note: and {len(notes) - 5} more task(s) like these", stderr=True, style="yellow")
 
         async def go() -> list[RunResult]:
             sem = asyncio.Semaphore(concurrency)
@@ -214,7 +212,7 @@ def _execute(
                     try:
                         return await rt.resume(run_id, loop)
                     except ConflictError as exc:
-                        out.print(f"[yellow]skipped {run_id[:12]}: {exc}[/]")
+                        say(f"skipped {run_id[:12]}: {exc}", out=out, style="yellow")
                         result = rt.result(run_id)
                         if held is not None:
                             held[run_id] = result.task_key
@@ -231,12 +229,12 @@ def _execute(
             records = [rt.store.get_run(r.run_id) for r in results]
             out.print(summary_table(records))
         if ended:  # else the table reads as this command's work (a changed actor's, say)
-            console(stderr=True).print(
+            say(
                 f"note: {ended} of {len(run_ids)} run(s) had ended before this command and are "
                 "shown as they stand, not run again (a task key names one run: give a task a "
                 "new task_key, or --task-key, to run it anew)",
+                stderr=True,
                 style="yellow",
-                markup=False,
             )
     return results
 

@@ -142,19 +142,14 @@ def import_(
         out.write_text(text.getvalue(), encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot write {out}: {exc.strerror or exc}", field="--out") from None
-    from ._render import console
+    from ._render import say
 
     budget = "unknown" if report.rounds is None else f"{report.rounds} rounds"
-    # One line each, whatever the width (``soft_wrap``, as ``demo``'s commands): folded at the
-    # console's 80 columns in a pipe, a script reading "wrote N task(s)" found half of it.
-    console().print(
+    # One line each, whatever the width (``say``): folded at the console's 80 columns in a
+    # pipe, a script reading "wrote N task(s)" found half of it.
+    say(
         f"wrote {len(report.tasks)} task(s) to {out} (round budget: {budget}; "
-        f"no visible tests: {len(report.vacuous)})",
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
+        f"no visible tests: {len(report.vacuous)})"
     )
     for line in report.warnings:
-        console(stderr=True).print(
-            f"warning: {line}", markup=False, highlight=False, soft_wrap=True
-        )
+        say(f"warning: {line}", stderr=True)

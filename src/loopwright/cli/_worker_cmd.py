@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
 from .._errors import ConfigError
 from ._app import JsonOpt, StoreOpt, _print_json, app
@@ -80,7 +79,7 @@ def worker(
     from .._engine import Runtime
     from .._worker import Worker
     from . import _one_line
-    from ._render import console
+    from ._render import console, say
 
     if concurrency < 1:
         raise ConfigError("must be at least 1", field="--concurrency")
@@ -108,22 +107,21 @@ def worker(
 
     def report(r: RunResult) -> None:
         if r.status in UNFINISHED:  # drained by a stop: "running (-)" told no one what next
-            out.print(
-                f"run {r.run_id[:12]} ({escape(r.task_key)}): drained after cycle {r.cycles}, "
-                f"not ended; the next worker continues it, or `loopwright resume {r.run_id[:12]}`"
+            say(
+                f"run {r.run_id[:12]} ({r.task_key}): drained after cycle {r.cycles}, "
+                f"not ended; the next worker continues it, or `loopwright resume {r.run_id[:12]}`",
+                out=out,
             )
             return
-        out.print(
-            f"run {r.run_id[:12]} ({escape(r.task_key)}): {r.status} ({r.stop_reason or '-'})"
-        )
+        say(f"run {r.run_id[:12]} ({r.task_key}): {r.status} ({r.stop_reason or '-'})", out=out)
 
     def skipped(run_id: str, why: LoopwrightError) -> None:
         # as `resume --all` says it: the count at the end told no one why
-        out.print(f"[yellow]skipped {run_id[:12]}: {escape(_one_line(why))}[/]")
+        say(f"skipped {run_id[:12]}: {_one_line(why)}", out=out, style="yellow")
 
     with Runtime(store, lease_ttl_s=lease_ttl) as rt, _notifying(rt, notify_cfg) as said:
         if said:
-            out.print(said)
+            say(said, out=out)
         w = Worker(rt, concurrency=concurrency, poll_s=poll, on_result=report, on_skip=skipped)
         stopping = False
 
@@ -131,7 +129,7 @@ def worker(
             nonlocal stopping
             if not stopping:
                 stopping = True
-                out.print(f"worker {rt.owner}: stopping; runs finish their cycle in flight")
+                say(f"worker {rt.owner}: stopping; runs finish their cycle in flight", out=out)
             w.stop()
 
         async def main() -> None:
@@ -139,9 +137,10 @@ def worker(
             # Handlers before the ready line: whoever waits for it may signal at once.
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, stop)
-            out.print(
+            say(
                 f"worker {rt.owner} on {rt.store.url}: claiming up to {concurrency} run(s)"
-                + (" (until idle)" if once else "; SIGTERM or Ctrl-C to stop gracefully")
+                + (" (until idle)" if once else "; SIGTERM or Ctrl-C to stop gracefully"),
+                out=out,
             )
             if EARLY_TERM:  # (before any claim: ``stop`` first, then ``w.run`` claims nothing)
                 EARLY_TERM.clear()
@@ -165,9 +164,10 @@ def worker(
             if drained
             else ""
         )
-        out.print(
+        say(
             f"worker done: {s.claimed} claimed; ended: {ended}{left}; skipped {s.skipped}; "
-            f"lost {s.lost}; errors {s.errors}"
+            f"lost {s.lost}; errors {s.errors}",
+            out=out,
         )
 
 

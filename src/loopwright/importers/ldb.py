@@ -76,6 +76,7 @@ from .._errors import ConfigError
 from .._json import JsonLineError, json_lines
 from .._keys import check_key, check_length, check_name
 from .._redact import redact
+from .._same_file import same_regular_file
 
 __all__ = [
     "USD_PER_TOKEN",
@@ -414,13 +415,11 @@ def read_ldb(
 
 
 def check_not_source(path_in: str | Path, path_out: str | Path, field: str = "path_out") -> None:
-    """``ConfigError`` when ``path_out`` is ``path_in`` (the same file by any name: a link, a
-    relative path): the tasks would be written over the recording they were read from."""
-    try:
-        same = Path(path_out).exists() and Path(path_out).samefile(path_in)
-    except OSError:
-        return  # one of them cannot be read: reading or writing says so
-    if same:
+    """``ConfigError`` when ``path_out`` is ``path_in`` (the same regular file by any name: a
+    link, a relative path): the tasks would be written over the recording they were read from.
+    One that cannot be read is left to reading or writing, which say so; a terminal or a pipe
+    is read and written, never replaced (``same_regular_file``)."""
+    if same_regular_file(path_out, path_in):
         raise ConfigError(
             f"{path_out} is the file being imported: writing the tasks there would replace "
             "the recording; name another file",
