@@ -59,6 +59,8 @@ test: lint typecheck
 	else echo "PostgreSQL tests: skipped (no server answers at $(TEST_PG); or set LOOPWRIGHT_TEST_PG)"; fi; \
 	test -x /usr/bin/chromium || echo "browser tests: skipped (no /usr/bin/chromium: apt-get install chromium)"; \
 	command -v tesseract >/dev/null || echo "comic OCR check: skipped (no tesseract: apt-get install tesseract-ocr)"; \
+	if [ -n "$$PYTHONDONTWRITEBYTECODE" ] && [ -z "$$PYTHONPYCACHEPREFIX" ]; then \
+		export PYTHONPYCACHEPREFIX='$(CURDIR)/.pytest_cache/pycache'; unset PYTHONDONTWRITEBYTECODE; fi; \
 	$(BIN)/python -m pytest -q -n $(JOBS) --dist loadfile
 
 clean:

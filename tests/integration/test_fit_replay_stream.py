@@ -24,6 +24,7 @@ from loopwright.cli import main
 from loopwright.replay import (
     Call,
     CycleTrace,
+    FitResult,
     RunTrace,
     fit_stop,
     iter_source,
@@ -70,11 +71,19 @@ def _run(i: int, n: int) -> RunTrace:
     )
 
 
-@pytest.fixture
-def runs_file(tmp_path: Path) -> Path:
-    path = tmp_path / "runs.jsonl"
+@pytest.fixture(scope="module")
+def runs_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Nine runs in a run-trace file, written once: every test only reads it."""
+    path = tmp_path_factory.mktemp("runs") / "runs.jsonl"
     write_traces((_run(i, 30 + 7 * i) for i in range(9)), path)
     return path
+
+
+@pytest.fixture(scope="module")
+def fit_on_the_list(runs_file: Path) -> FitResult:
+    """``fit_stop`` of the runs read into a list (as before spilling), 3 folds, the default
+    settings: computed once, the reference of two tests."""
+    return fit_stop(load_source(runs_file), folds=3)
 
 
 def _live_runs() -> int:
@@ -106,11 +115,12 @@ def _report(d: dict[str, Any]) -> dict[str, Any]:
 
 def test_fit_stop_holds_one_run_at_a_time(
     runs_file: Path,
+    fit_on_the_list: FitResult,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    expected = fit_stop(load_source(runs_file), folds=3)  # every run in a list, as before
+    expected = fit_on_the_list  # every run in a list, as before
     monkeypatch.setattr(spill, "HELD_CYCLES", 0, raising=False)  # every run in the file
     spy = _Spy()
     monkeypatch.setattr(fit_score, "simulate", spy)
@@ -137,14 +147,15 @@ def test_fit_stop_holds_one_run_at_a_time(
     ],
 )
 def test_a_fit_on_spilled_runs_is_the_fit_on_the_list(
-    runs_file: Path, held: int | None, kwargs: dict[str, Any]
+    runs_file: Path, fit_on_the_list: FitResult, held: int | None, kwargs: dict[str, Any]
 ) -> None:
     listed = load_source(runs_file)
     with spill.SpilledRuns(iter_source(runs_file), held_cycles=held) as runs:
         assert len(runs) == 9 and list(runs) == listed  # (read back as written, in order)
         assert runs.spilled == {0: 9, 100: 7, None: 0}[held]
         got = fit_stop(runs, folds=3, **kwargs)
-    want = fit_stop(listed, folds=3, **kwargs)
+    # (the default settings' fit on the list is the module's, computed once)
+    want = fit_stop(listed, folds=3, **kwargs) if kwargs else fit_on_the_list
     assert got.to_toml() == want.to_toml()
     assert _report(got.report()) == _report(want.report())
 
@@ -196,12 +207,8 @@ def test_a_bad_run_late_in_the_file_leaves_save_traces_as_it_was(
     assert main(argv) == 2
     assert "bad.jsonl:10: malformed run trace" in capsys.readouterr().err
     assert saved.read_text() == "what was there\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "bad.jsonl",
-        "c.toml",
-        "runs.jsonl",
-        "saved.jsonl",
-    ]
+    # (no temporary file left beside the one kept; the runs file is the module's, elsewhere)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl", "c.toml", "saved.jsonl"]
 
 
 class _FullDisk(io.BytesIO):

@@ -12,7 +12,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loopwright import Budget, ConfigError, Contract, MarginalReturn, NoProgress, Success
-from loopwright.replay import Call, CycleTrace, RunTrace, load_contract, replay, simulate
+from loopwright.replay import (
+    Call,
+    CycleTrace,
+    FitResult,
+    RunTrace,
+    load_contract,
+    replay,
+    simulate,
+)
 from loopwright.replay._fit import Grid, fit_stop, split_folds
 from loopwright.replay._hazard import fit_hazard
 
@@ -195,10 +203,25 @@ def known_runs(n_tasks: int = 60) -> list[RunTrace]:
     return out
 
 
-def test_fit_stops_hopeless_runs_early_and_keeps_the_successes() -> None:
+@dataclasses.dataclass(frozen=True)
+class Fit98:
+    traces: list[RunTrace]
+    result: FitResult
+    progress: list[tuple[int, int]]  # what the fit reported as it went
+
+
+@pytest.fixture(scope="module")
+def fit98() -> Fit98:
+    """``fit_stop(known_runs(), keep=0.98)`` (5 folds, seed 0, one-se), computed once: three
+    tests read it (a progress callback changes no figure: it is only told how far the fit is)."""
     traces = known_runs()
     calls: list[tuple[int, int]] = []
     r = fit_stop(traces, keep=0.98, folds=5, seed=0, progress=lambda d, t: calls.append((d, t)))
+    return Fit98(traces, r, calls)
+
+
+def test_fit_stops_hopeless_runs_early_and_keeps_the_successes(fit98: Fit98) -> None:
+    traces, r, calls = fit98.traces, fit98.result, fit98.progress
     assert r.feasible
     assert r.all_data.kept_share == 1.0  # 39/40 < 0.98: every success must be kept
     for t in traces:
@@ -247,9 +270,8 @@ def test_marginal_return_contract_round_trips_through_toml(tmp_path: Path) -> No
     assert totals.stop_reasons == r.all_data.stop_reasons
 
 
-def test_plain_contract_round_trips_through_toml(tmp_path: Path) -> None:
-    traces = known_runs()
-    r = fit_stop(traces, keep=0.98)
+def test_plain_contract_round_trips_through_toml(tmp_path: Path, fit98: Fit98) -> None:
+    r = fit98.result  # fit_stop(known_runs(), keep=0.98)
     path = tmp_path / "fitted.toml"
     path.write_text(r.to_toml())
     assert load_contract(path).to_dict() == r.contract.to_dict()
@@ -349,10 +371,10 @@ def test_fit_can_save_attempts_and_keep_held_out_verdicts() -> None:
         fit_stop(known_runs(), keep_by="held-out")
 
 
-def test_one_se_is_never_more_complex_than_best() -> None:
-    traces = known_runs()
-    best = fit_stop(traces, keep=0.98, choose="best")
-    one_se = fit_stop(traces, keep=0.98, choose="one-se")
+def test_one_se_is_never_more_complex_than_best(fit98: Fit98) -> None:
+    best = fit_stop(known_runs(), keep=0.98, choose="best")
+    one_se = fit98.result  # fit_stop(known_runs(), keep=0.98, choose="one-se")
+    assert one_se.choose == "one-se" and best.choose == "best"
     cx = [
         sum(v is not None for v in (p.no_progress_cycles, p.value_per_success_usd))
         for p in (best.params, one_se.params)
