@@ -10,9 +10,11 @@ order, skipping those inside a masked span, and where one matches takes ``_SHAPE
 there: the matches ``_SHAPES.sub`` makes, masked the same (``_shape``), provided no place an
 alternative matches is left out. Each rule below says why its places hold every start.
 
-The lower-cased text stands for the text in the scan: outside ASCII only four characters
-match an ASCII letter under ``(?i)`` (İ ı ſ K, two of which lower to another length), and a
-text holding one of them is searched by ``_SHAPES`` itself.
+The lower-cased text stands for the text in the scan: outside ASCII only four letters match
+an ASCII one under ``(?i)`` (İ ı ſ K), and in a text holding one of them each is read as
+that ASCII letter (``_FOLD``). Where a name's run of ``[A-Za-z0-9_-]`` is read, such a letter
+makes it start earlier than it does: the places tried are more, none is lost (a name that
+starts right after such a letter has neither a quote nor a non-word character before it).
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ from ._redact_shapes import _SHAPE_ALTERNATIVES, _SHAPES, _compiled, _shape, _tr
 _NAME_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_-"
 _SCHEME_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789+.-"
 _SCHEME_MAX = 21  # ``[A-Za-z][A-Za-z0-9+.-]{0,20}``
-_ODD = ("\u0130", "\u0131", "\u017f", "\u212a")  # İ ı ſ K
+# The four letters beyond ASCII that ``(?i)`` reads as ASCII ones (İ ı ſ K), as the scan
+# reads them (``str.lower`` makes İ two characters; the others it keeps or makes ``k``)
+_ODD = ("\u0130", "\u0131", "\u017f", "\u212a")
+_FOLD = str.maketrans(dict(zip(_ODD, "iisk", strict=True)))
 
 # The keywords the scan looks for in the lower-cased text (none a prefix of another: at a
 # place at most one is found), and for each the alternatives that start right at it (a
@@ -165,7 +170,7 @@ def shapes_sub(s: str, low: str) -> str:
     """``_SHAPES.sub(_shape, s)``, read only where ``_places`` says a shape may start;
     ``low`` is ``s.lower()``. ``s`` itself where nothing is masked."""
     if not s.isascii() and any(c in s for c in _ODD):
-        return _SHAPES.sub(_shape, s)
+        low = s.translate(_FOLD).lower()
     places = _places(s, low)
     if not places:
         return s
