@@ -46,6 +46,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._json import numbered_key
+from ._redact_anchors import shapes_sub
 from ._redact_forms import (  # noqa: F401  (re-exported: their home before the split)
     _base64_cores,
     _encoded_of,
@@ -301,15 +302,14 @@ def _text(s: str, values: tuple[str, ...], fields: frozenset[str] = SECRET_FIELD
     low = s.lower()
     if not _triggered(low) and not _upper_triggered(s, low):
         return s
+    seen = s
     if "-u" in low and "curl" in low:
         s = _curl_users(s)
     if "auth" in low:
         s = _auth_values(s)
     if "AC" in s:
         s = _twilio_tokens(s)
-    if _SHAPES.search(s) is None:
-        return s
-    return _SHAPES.sub(_shape, s)
+    return shapes_sub(s, low if s is seen or s == seen else s.lower())
 
 
 @functools.lru_cache(maxsize=64)

@@ -69,9 +69,10 @@ _NETRC_ACCOUNT = rf"(?:account{_NETRC_SEP}{_NETRC_TOKEN}{_NETRC_SEP})?+"
 _NETRC = (
     rf"(?P<netrc>{_NETRC_HOST}{_NETRC_ACCOUNT}login{_NETRC_SEP}{_NETRC_TOKEN}{_NETRC_SEP}"
     rf"{_NETRC_ACCOUNT}password{_NETRC_SEP}"
-    r"\\*+['\"]?+)(?!\*\*\*)"
-    + _BARE
-    + rf"|(?P<netrcfirst>{_NETRC_HOST}password{_NETRC_SEP}\\*+['\"]?+)(?!\*\*\*)"
+    r"\\*+['\"]?+)(?!\*\*\*)" + _BARE
+)
+_NETRC_FIRST = (
+    rf"(?P<netrcfirst>{_NETRC_HOST}password{_NETRC_SEP}\\*+['\"]?+)(?!\*\*\*)"
     + rf"(?:{_BARE})(?=(?:\\*+['\"])?+{_NETRC_SEP}(?:login|account){_NETRC_SEP})"
 )
 
@@ -102,113 +103,113 @@ _FLAG_PROSE = (
 # loop possessive (nothing follows a value, so nothing is given back). Python's engine keeps
 # a frame per iteration of a greedy group: with one character an iteration, a value of
 # 300 KB took 50 times as long as one of 30 KB (bench/redact_adversarial.py).
-_SHAPES = re.compile(
+# Each alternative of ``_SHAPES`` by name, in its order: the search tries them in this order at
+# each place (the first that matches is taken), and ``_redact_anchors`` tries each alone where
+# its anchor is (an alternative added here needs an anchor there: a unit test checks both
+# name the same).
+_SHAPE_ALTERNATIVES: dict[str, str] = {
     # scheme://user:password@ (a password with a raw "@" is masked up to the last one before the
     # path, as URL parsers read it) or scheme://TOKEN@ (a user name alone of 16 or more token
     # characters with a digit: ``https://ghp…@github.com``; ``postgres@`` is a name)
-    r"(?P<url>\b[A-Za-z][A-Za-z0-9+.-]{0,20}://)"
-    r"(?:[^/\s@:]*:[^/\s]*|(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{16,})@"
+    "url": r"(?P<url>\b[A-Za-z][A-Za-z0-9+.-]{0,20}://)"
+    r"(?:[^/\s@:]*:[^/\s]*|(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{16,})@",
     # a chat webhook's URL is its credential (whoever has it posts to the channel): the path
     # after Slack's ``/services/`` (``/workflows/``, ``/triggers/``) or Discord's
     # ``/api/webhooks/``
-    r"|(?P<hook>" + _W + r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
-    r"|(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/))(?!\*\*\*)[A-Za-z0-9/_-]{8,}"
+    "hook": r"(?P<hook>" + _W + r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
+    r"|(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/))(?!\*\*\*)[A-Za-z0-9/_-]{8,}",
     # ?api_key=, ?sslpassword=, &refresh_token=, ?client_secret=, ?X-Amz-Signature=,
     # ?authorization=Bearer%20… (a header passed as a parameter)
-    r"|(?P<query>[?&;](?i:[a-z0-9_.-]*(?:passw(?:or)?d|pwd|token|secret|api[_-]?key|signature"
-    r"|authorization)"
+    "query": r"(?P<query>[?&;](?i:[a-z0-9_.-]*(?:passw(?:or)?d|pwd|token|secret|api[_-]?key"
+    r"|signature|authorization)"
     r"|key|auth|sig)=)"
     # the value to the next ``&``, ``#``, space or quote; a ``:`` ending it before a space is
     # the sentence's (``GET …?api_key=…: [Errno 111]``), not the value's, and is kept
-    r"(?!\*\*\*)(?:[^&#\s\"':]++|:(?!\s))++"
-    r"|(?P<bearer>" + _W + r"(?i:bearer)(?:\s++|\s*+[:=]\s*+))(?!\*\*\*)[A-Za-z0-9._~+/=-]{8,}"
+    r"(?!\*\*\*)(?:[^&#\s\"':]++|:(?!\s))++",
+    "bearer": r"(?P<bearer>" + _W + r"(?i:bearer)(?:\s++|\s*+[:=]\s*+))(?!\*\*\*)"
+    r"[A-Za-z0-9._~+/=-]{8,}",
     # Authorization: <any scheme> <credentials> (Basic, Token, Bearer, …); the scheme is taken
     # whole (possessive) so that an already masked value stays as it is
-    r"|(?P<auth>" + _W + r"(?i:authorization)"
+    "auth": r"(?P<auth>" + _W + r"(?i:authorization)"
     r"\\*+['\"]?\s*[=:]\s*\\*+['\"]?(?:[A-Za-z][A-Za-z0-9_-]*\s+)?+)"
     # and the parameters after the first (Digest's ``, response="…"``, AWS Signature 4's
     # ``, Signature=…``): a ``, name=`` goes on, a quoted parameter ends at ``,`` or the line's end
     r"(?!\*\*\*)(?=[A-Za-z0-9._~+/=-]{8})(?:[A-Za-z0-9._~+/=-]++|;(?=[A-Za-z0-9_-])"
     r"|(?<=[A-Za-z]=)\"[^\"\r\n\\]*+\"(?=[ \t]*+(?:,|(?![^\r\n])))"
-    r"|,[ \t]*+(?=[A-Za-z][A-Za-z0-9_-]*=))++"
+    r"|,[ \t]*+(?=[A-Za-z][A-Za-z0-9_-]*=))++",
     # a header list's pair as an HTTP client prints it (``[(b'Set-Cookie', b'sid=…')]``, an
     # ASGI scope's ``(b'authorization', b'Basic …')``; its quotes escaped too, printed inside a
     # printed string): the value to its closing quote, unless it is one of these names itself
     # (``("authorization", "cookie")`` names two headers)
-    r"|(?P<hpair>\(\s*+b?\\*+['\"]" + _HEADER + r"\\*+['\"],\s*+b?\\*+['\"])(?!\*\*\*)"
-    r"(?!" + _HEADER + r"\\*+['\"])(?=[^'\"\\\r\n]*+\\*+['\"]\s*+\))[^'\"\\\r\n]++"
+    "hpair": r"(?P<hpair>\(\s*+b?\\*+['\"]" + _HEADER + r"\\*+['\"],\s*+b?\\*+['\"])(?!\*\*\*)"
+    r"(?!" + _HEADER + r"\\*+['\"])(?=[^'\"\\\r\n]*+\\*+['\"]\s*+\))[^'\"\\\r\n]++",
     # an HTTP Cookie or Set-Cookie line (its value starts with ``name=``): masked to the line's
     # end, which in a JSON or printed string is an escaped ``\r``/``\n`` or the closing quote
     # (a cookie's quoted value ``sid="…"`` read whole)
-    r"|(?P<cookie>" + _NO_NAME_BEFORE + r"(?i:(?:set-)?cookie2?)[ \t]*:[ \t]*+)(?!\*\*\*)"
+    "cookie": r"(?P<cookie>" + _NO_NAME_BEFORE + r"(?i:(?:set-)?cookie2?)[ \t]*:[ \t]*+)"
+    r"(?!\*\*\*)"
     r"(?=[^\s=;,:\"'\\]++=)(?:[^\r\n\"'\\=]++|=(?:\\?+\"[^\"\r\n\\]*+(?:\\?+\")?+)?+"
-    r"|\\[^rn])++"
+    r"|\\[^rn])++",
     # password=, DB_PASSWORD=, PGPASSWORD=, aws_secret_access_key: (no word boundary before
     # the name: a prefix of the variable's name does not hide it); a key printed with spaces
     # in it ({'password ': …}) or as ``'password' => …``; a quote escaped once or more (a
     # printed mapping inside a printed string: ``{\'password\': \'…\'}``, ``{\"token\": …}``)
     # is a quote too; a quoted value is read to its closing quote (``_value``)
-    r"|(?P<conn>(?i:passw(?:or)?d|api[_-]?key|secret[_-]?(?:access[_-]?)?key|client[_-]?secret"
-    r"|access[_-]?token)\s*+\\*+['\"]?\s*+(?:=>?+|:)\s*\\*+['\"]?)(?!\*\*\*)"
-    + _value(_BARE)
+    "conn": r"(?P<conn>(?i:passw(?:or)?d|api[_-]?key|secret[_-]?(?:access[_-]?)?key"
+    r"|client[_-]?secret"
+    r"|access[_-]?token)\s*+\\*+['\"]?\s*+(?:=>?+|:)\s*\\*+['\"]?)(?!\*\*\*)" + _value(_BARE),
     # token=…, github_token='…', Cfg(secret='…'): a value with a letter (``token=7`` is a count,
     # and so is a number written with an exponent: ``USD_PER_INPUT_TOKEN = 15e-6``)
-    + r"|(?P<kv>(?i:token|secret)\\*+['\"]?\s*=\s*\\*+['\"]?)(?!\*\*\*)(?=[^\s,;&\"'}]*[A-Za-z])"
-    r"(?![0-9][0-9._]*[eE][-+]?[0-9]+(?![^\s,;&\"'}\\)]))"
-    + _value(_BARE)
+    "kv": r"(?P<kv>(?i:token|secret)\\*+['\"]?\s*=\s*\\*+['\"]?)(?!\*\*\*)"
+    r"(?=[^\s,;&\"'}]*[A-Za-z])"
+    r"(?![0-9][0-9._]*[eE][-+]?[0-9]+(?![^\s,;&\"'}\\)]))" + _value(_BARE),
     # pwd=…, DB_PWD='…' (not OLDPWD=; a path, ``PWD=/home/bob``, is the working directory)
-    + r"|(?P<pwd>"
+    "pwd": r"(?P<pwd>"
     + _NO_ALNUM_BEFORE
     + r"(?i:pwd)\\*+['\"]?\s*=\s*\\*+['\"]?)(?!\*\*\*)(?![/~$]|[A-Za-z]:[\\/])"
-    + _value(_BARE)
+    + _value(_BARE),
     # a printed mapping: {'token': '…'}, {"github_token": "…"}, {'secret': '…'}, and the
     # other names of ``SECRET_FIELDS`` no pattern above reads ({'pwd': …}, {'cookie': …},
     # {'private_key': …}, {'Set-Cookie': …})
     # (a name before it ends in ``_`` or ``-``, or is written in camelCase: ``'SessionToken'``,
     # ``'refreshToken'``, as AWS's and JavaScript's mappings print; ``authorization`` only so,
     # ``'proxyAuthorization'``: alone, the pattern above reads it and keeps its scheme)
-    + r"|(?P<qkey>['\"](?:"
+    "qkey": r"(?P<qkey>['\"](?:"
     + _NAME_BEFORE
     + r"?(?i:token|secret|pwd|passphrase|cookie|credentials"
     r"|bearer|(?:private|session|access)[_-]?key)|"
     + _NAME_BEFORE
     + r"(?i:authorization))\\*+['\"]\s*:\s*\\*+['\"])"
-    r"(?!\*\*\*)"
-    + _value(r"(?:[^'\"\\]++|\\(?!['\"]))++")
+    r"(?!\*\*\*)" + _value(r"(?:[^'\"\\]++|\\(?!['\"]))++"),
     # a command line's --password VALUE, --github-token VALUE (after ``=`` the patterns above
     # read it): a quoted value, or an argument list's next item (``'--password', '…'``), whatever
     # it holds; unquoted, a value of 6 or more characters with a digit, a capital or a symbol, or
     # of lower-case letters followed by another option, a shell operator or the line's end and
     # not a word of prose about the option (``the --password prompt``)
-    + r"|(?P<flagq>"
-    + _FLAG
-    + r"(?:[ \t]++|['\"],[ \t]*+)['\"])(?!\*\*\*)"
-    + _value("(?!)")
-    + r"|(?P<flag>"
-    + _FLAG
-    + r"[ \t]++)(?!\*\*\*)"
-    r"(?=[^\s,;'\"]*(?:[0-9A-Z!@#$%^&*+=~/:_]|[.-][^\s,;'\"]))[^\s,;'\"]{6,}"
-    r"|(?P<flaglow>" + _FLAG + r"[ \t]++)(?!(?:" + "|".join(_FLAG_PROSE) + r")\b)"
-    r"[a-z]{6,}+(?=[ \t]++-[A-Za-z-]|[ \t]*+(?:[|&;>)`]|(?![^\r\n])))"
+    "flagq": r"(?P<flagq>" + _FLAG + r"(?:[ \t]++|['\"],[ \t]*+)['\"])(?!\*\*\*)" + _value("(?!)"),
+    "flag": r"(?P<flag>" + _FLAG + r"[ \t]++)(?!\*\*\*)"
+    r"(?=[^\s,;'\"]*(?:[0-9A-Z!@#$%^&*+=~/:_]|[.-][^\s,;'\"]))[^\s,;'\"]{6,}",
+    "flaglow": r"(?P<flaglow>" + _FLAG + r"[ \t]++)(?!(?:" + "|".join(_FLAG_PROSE) + r")\b)"
+    r"[a-z]{6,}+(?=[ \t]++-[A-Za-z-]|[ \t]*+(?:[|&;>)`]|(?![^\r\n])))",
     # log text: token: VALUE, github_token: VALUE, secret: VALUE (a value of 8 or more
     # characters with a digit and a letter: ``token: 12`` is a count, ``Token: the unit`` prose)
-    r"|(?P<logkv>" + _NO_ALNUM_BEFORE + r"(?i:token|secret) ?:[ \t]*+)(?!\*\*\*)"
-    r"(?=[^\s,;'\"}:]*[0-9])(?=[^\s,;'\"}:]*[A-Za-z])[^\s,;'\"}:]{8,}"
+    "logkv": r"(?P<logkv>" + _NO_ALNUM_BEFORE + r"(?i:token|secret) ?:[ \t]*+)(?!\*\*\*)"
+    r"(?=[^\s,;'\"}:]*[0-9])(?=[^\s,;'\"}:]*[A-Za-z])[^\s,;'\"}:]{8,}",
     # URL-encoded: password%3D…, api_key%3D…, token%3D… (a query inside a query), to ``%26``
-    r"|(?P<enc>(?i:passw(?:or)?d|token|secret|api[_-]?key)%3[Dd])(?!\*\*\*)"
-    r"(?:[^\s&%\"'<>#]++|%(?!26))++"
+    "enc": r"(?P<enc>(?i:passw(?:or)?d|token|secret|api[_-]?key)%3[Dd])(?!\*\*\*)"
+    r"(?:[^\s&%\"'<>#]++|%(?!26))++",
     # a URL-encoded URL's credentials: https%3A%2F%2Fuser%3Apw%40host (a redirect parameter)
-    r"|(?P<encurl>\b[A-Za-z][A-Za-z0-9+.-]{0,20}%3[Aa]%2[Ff]%2[Ff])"
-    r"(?:[^\s%/@&]++|%(?!2[Ff]|40|3[Aa]))*+%3[Aa](?:[^\s%/@&]++|%(?!2[Ff]|40))*+%40"
+    "encurl": r"(?P<encurl>\b[A-Za-z][A-Za-z0-9+.-]{0,20}%3[Aa]%2[Ff]%2[Ff])"
+    r"(?:[^\s%/@&]++|%(?!2[Ff]|40|3[Aa]))*+%3[Aa](?:[^\s%/@&]++|%(?!2[Ff]|40))*+%40",
     # a ``.netrc`` entry (``_NETRC``)
-    + "|"
-    + _NETRC
+    "netrc": _NETRC,
+    "netrcfirst": _NETRC_FIRST,
     # a key cut before its END line (text clipped for storage) is masked to the end of it
     # (and OpenPGP's ``PRIVATE KEY BLOCK``)
-    + r"|-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
-    r"(?:-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
+    "pem": r"-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
+    r"(?:-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
     # the keys' own shapes, each at a word's start (``_W``: tested once for all of them)
-    r"|" + _W + r"(?:[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
+    "keys": _W + r"(?:[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
     r"|sk-[A-Za-z0-9_-]{12,}"
     r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
     r"|xox[abprs]-[A-Za-z0-9-]{10,}"
@@ -227,10 +228,10 @@ _SHAPES = re.compile(
     r"|SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"
     r"|(?P<twilio>(?P<twsid>(?:SK|AC)[0-9a-f]{32})(?P<twsep>\\*+['\"]?[ \t]*+[,:][ \t]*+\\*+['\"]?)"
     r"[A-Za-z0-9]{32}(?![A-Za-z0-9]))"
-    r"|SK[0-9a-f]{32}(?![A-Za-z0-9]))"
+    r"|SK[0-9a-f]{32}(?![A-Za-z0-9]))",
     # (a JSON Web Token: ``_jwts``, before these)
-)
-
+}
+_SHAPES = re.compile("|".join(_SHAPE_ALTERNATIVES.values()))
 # A JSON Web Token (header and payload are base64 JSON objects: ``eyJ`` is ``{"``): ``eyJ``
 # at a word's start and 5 or more characters, then ``.eyJ`` and 5 or more, then ``.`` and a
 # signature. Not an alternative of ``_SHAPES``: tried at every ``eyJ`` after a ``-`` (a word's
