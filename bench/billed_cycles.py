@@ -10,11 +10,13 @@ finish are left out):
 
 * ``us_cycle``: wall µs a cycle; ``cpu_us_cycle``: CPU µs a cycle (median of ``--repeats`` runs);
 * ``stmts_cycle``: SQL statements a cycle (SQLite's trace callback, on the store's connection);
-* ``fsyncs_cycle``: fsync/fdatasync calls a cycle (counted by ``strace``, when there is one).
+* ``fsyncs_cycle``, ``pwrites_cycle``: fsync/fdatasync and pwrite64 calls a cycle (counted by
+  ``strace``, when there is one; a pwrite is about one WAL frame, a page).
 
 ``--base SRC``: a second source tree (``git archive <rev> | tar -x -C DIR``; pass ``DIR/src``)
 measured the same way, printed side by side with this tree's (``src`` beside this script).
-Each figure comes from a child process (``--child``), so both trees run in the same way.
+Each figure comes from a child process (``--child``), so both trees run in the same way; the
+timed runs alternate between the trees.
 """
 
 from __future__ import annotations
@@ -94,44 +96,63 @@ def _run(rt: Any, loop: Any, task: Any) -> Any:
     return asyncio.run(rt.run(loop, task))
 
 
-def fsyncs_between_marks(trace: Path) -> int:
-    """fsync/fdatasync calls between the two ``getppid`` marks of an ``strace`` log."""
-    inside, n = False, 0
+def syscalls_between_marks(trace: Path) -> tuple[int, int]:
+    """fsync/fdatasync calls and pwrite64 calls between the two ``getppid`` marks of an
+    ``strace`` log."""
+    inside, syncs, writes = False, 0, 0
     for line in trace.read_text().splitlines():
         call = line.split(None, 1)[-1] if line[:1].isdigit() else line
         if call.startswith("getppid("):
             inside = not inside
         elif inside and call.startswith(("fsync(", "fdatasync(")):
-            n += 1
-    return n
+            syncs += 1
+        elif inside and call.startswith("pwrite64("):
+            writes += 1
+    return syncs, writes
 
 
-def measure(src: Path, cycles: int, billed: bool, repeats: int) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    base = [sys.executable, str(Path(__file__).resolve()), "--child", str(cycles)]
-    base += ["--billed"] if billed else []
-    timed = []
-    for _ in range(repeats):
-        out = subprocess.run(base, env=env, capture_output=True, text=True, check=True)
-        timed.append(json.loads(out.stdout))
-    counted = json.loads(
-        subprocess.run(
-            [*base, "--count"], env=env, capture_output=True, text=True, check=True
-        ).stdout
+def _cmd(cycles: int, billed: bool) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "--child", str(cycles)] + (
+        ["--billed"] if billed else []
     )
-    fsyncs = None
-    if shutil.which("strace"):
-        with tempfile.TemporaryDirectory() as tmp:
-            log = Path(tmp) / "strace.log"
-            cmd = ["strace", "-f", "-qq", "-e", "trace=fsync,fdatasync,getppid", "-o", str(log)]
-            subprocess.run([*cmd, *base], env=env, capture_output=True, check=True)
-            fsyncs = fsyncs_between_marks(log) / (cycles - 2)
-    return {
-        "us_cycle": statistics.median(t["us_cycle"] for t in timed),
-        "cpu_us_cycle": statistics.median(t["cpu_us_cycle"] for t in timed),
-        "stmts_cycle": counted["stmts_cycle"],
-        "fsyncs_cycle": fsyncs,
-    }
+
+
+def _once(src: Path, cmd: list[str]) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout))
+
+
+def measure(
+    trees: dict[str, Path], cycles: int, billed: bool, repeats: int
+) -> dict[str, dict[str, Any]]:
+    """Each tree's figures; the timed runs alternate between the trees (ABAB), so that a
+    machine's drift (another job starting) hits them alike."""
+    timed: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+    for _ in range(repeats):
+        for name, src in trees.items():
+            timed[name].append(_once(src, _cmd(cycles, billed)))
+    got: dict[str, dict[str, Any]] = {}
+    for name, src in trees.items():
+        counted = _once(src, [*_cmd(cycles, billed), "--count"])
+        syncs = writes = None
+        if shutil.which("strace"):
+            with tempfile.TemporaryDirectory() as tmp:
+                log = Path(tmp) / "strace.log"
+                calls = "trace=fsync,fdatasync,pwrite64,getppid"
+                cmd = ["strace", "-f", "-qq", "-e", calls, "-o", str(log), *_cmd(cycles, billed)]
+                env = {**os.environ, "PYTHONPATH": str(src)}
+                subprocess.run(cmd, env=env, capture_output=True, check=True)
+                n_syncs, n_writes = syscalls_between_marks(log)
+                syncs, writes = n_syncs / (cycles - 2), n_writes / (cycles - 2)
+        got[name] = {
+            "us_cycle": statistics.median(t["us_cycle"] for t in timed[name]),
+            "cpu_us_cycle": statistics.median(t["cpu_us_cycle"] for t in timed[name]),
+            "stmts_cycle": counted["stmts_cycle"],
+            "fsyncs_cycle": syncs,
+            "pwrites_cycle": writes,
+        }
+    return got
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,17 +177,23 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--base {args.base}: no loopwright package there (pass the tree's src)")
         trees = {"base": args.base.resolve(), **trees}
     rows: list[dict[str, Any]] = []
-    print("| tree | cycles | actor | µs/cycle | CPU µs/cycle | statements/cycle | fsyncs/cycle |")
-    print("|---|---:|---|---:|---:|---:|---:|")
+    print(
+        "| tree | cycles | actor | µs/cycle | CPU µs/cycle | statements/cycle | fsyncs/cycle "
+        "| pwrites/cycle |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
     for n in lengths:
         for billed in (False, True):
-            for name, src in trees.items():
-                got = measure(src, n, billed, args.repeats)
+            for name, got in measure(trees, n, billed, args.repeats).items():
                 rows.append({"tree": name, "cycles": n, "billed": billed, **got})
-                fs = "-" if got["fsyncs_cycle"] is None else f"{got['fsyncs_cycle']:.2f}"
+                fs, pw = (
+                    ("-", "-")
+                    if got["fsyncs_cycle"] is None
+                    else (f"{got['fsyncs_cycle']:.2f}", f"{got['pwrites_cycle']:.1f}")
+                )
                 print(
                     f"| {name} | {n} | {'usage' if billed else 'none'} | {got['us_cycle']:.0f} "
-                    f"| {got['cpu_us_cycle']:.0f} | {got['stmts_cycle']:.1f} | {fs} |",
+                    f"| {got['cpu_us_cycle']:.0f} | {got['stmts_cycle']:.1f} | {fs} | {pw} |",
                     flush=True,
                 )
     if args.json is not None:
