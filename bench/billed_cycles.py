@@ -11,7 +11,7 @@ finish are left out):
 * ``us_cycle``: wall µs a cycle; ``cpu_us_cycle``: CPU µs a cycle (median of ``--repeats`` runs);
 * ``stmts_cycle``: SQL statements a cycle (SQLite's trace callback, on the store's connection);
 * ``fsyncs_cycle``, ``pwrites_cycle``: fsync/fdatasync and pwrite64 calls a cycle (counted by
-  ``strace``, when there is one; a pwrite is about one WAL frame, a page).
+  ``strace``, when there is one; SQLite writes a WAL frame as two: its header, its page).
 
 ``--base SRC``: a second source tree (``git archive <rev> | tar -x -C DIR``; pass ``DIR/src``)
 measured the same way, printed side by side with this tree's (``src`` beside this script).
