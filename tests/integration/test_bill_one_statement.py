@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from test_store_journal import _leased
 
 import loopwright as lw
 from loopwright.store import JournalEntry, Store, open_store
@@ -108,19 +109,8 @@ def test_a_bill_written_before_a_sigkill_is_charged_once(url: str, tmp_path: Pat
 
 def _store_with_run(url: str) -> tuple[Store, str, int]:
     store = open_store(url)
-    rec, created = store.create_run(
-        run_id="run-b",
-        task_key="b",
-        loop_name="l",
-        project="p",
-        spec_ref=None,
-        loop_version=None,
-        contract={"budget": {"max_cycles": 1}},
-        task={"x": 1},
-        initial_state={"cycle": 0},
-    )
-    assert created
-    return store, rec.run_id, store.acquire_lease(rec.run_id, "me", 60)
+    run_id, token = _leased(store)  # type: ignore[arg-type]
+    return store, run_id, token
 
 
 def _bill(store: Store, run_id: str, token: int, **data: object) -> JournalEntry:
