@@ -116,6 +116,12 @@ class SQLCore(LiveSQL, PeopleSQL, Store):
         (``journal_put(lazy=True)``); a backend may commit it without waiting for the disk."""
         return self._tx()
 
+    def _put_fenced(self, sql: str, args: Sequence[Any], lazy: bool) -> Any:
+        """The row ``sql`` (one write that returns at most one row) returns, written in a
+        transaction of its own (``lazy``: as ``_tx_lazy``'s); ``None`` when it wrote none."""
+        with self._tx_lazy() if lazy else self._tx() as conn:
+            return conn.execute(sql, args).fetchone()
+
     def _writer(self, conn: Any) -> Any:
         """What runs ``conn``'s statements in a commit, one after another (each one's rows
         read before the next runs): ``conn`` itself, or a cursor the backend keeps for it."""

@@ -65,6 +65,14 @@ class JournalSQL(SQLCore):
         q = self._q
         now = time.time()
         payload = self._js(dict(data))
+        if claim is None and expect_status is None and attempts is not None and not events:
+            # A call's bill (written before every billed call's cycle commits): one statement,
+            # fenced by its own condition, in place of the fence, the read and the write. No
+            # row: the path below finds out why (a stale token, no such run) and says so.
+            fenced = (run_id, key, kind, cycle, status, payload, attempts, now, now, token)
+            row = self._put_fenced(q.put_journal_fenced, (*fenced, run_id, token), lazy)
+            if row is not None:
+                return self._journal(row)
         with self._tx_lazy() if lazy else self._tx() as conn:
             # As in commit: the fencing check is a guarded write inside the transaction, so no
             # other executor can take the lease between the check and the writes below, and

@@ -261,6 +261,20 @@ class CoreStatements:
             f"{inherited_data(mark)}, attempts, ?, ?, 0 FROM journal WHERE run_id=? "
             "AND kind='effect' AND cycle<=? AND status='done'"
         )
+        # ``journal_put``'s one-statement write (an entry without a claim, an expected status
+        # or events: a call's bill): the fencing check as the INSERT's condition, taking the
+        # run's row lock as ``fence`` does (PostgreSQL; SQLite's write lock is the
+        # statement's), the entry inserted or overwritten as ``update_journal`` does. No row
+        # returned: the token is stale or the run gone (``journal_put`` then says which).
+        self.put_journal_fenced = p(
+            "INSERT INTO journal(run_id, key, kind, cycle, status, data, attempts, "
+            "created_at, updated_at, fencing_token) SELECT ?,?,?,?,?,?,?,?,?,? FROM runs "
+            f"WHERE run_id=? AND fencing_token=?{lock('FOR NO KEY UPDATE')} "
+            "ON CONFLICT (run_id, key) DO UPDATE SET kind=excluded.kind, "
+            "cycle=excluded.cycle, status=excluded.status, data=excluded.data, "
+            "attempts=excluded.attempts, updated_at=excluded.updated_at, "
+            f"fencing_token=excluded.fencing_token RETURNING {JOURNAL_COLS}"
+        )
         self.update_journal = p(
             "UPDATE journal SET kind=?, cycle=?, status=?, data=?, attempts=?, "
             f"updated_at=?, fencing_token=? WHERE {JOURNAL_KEY} RETURNING {JOURNAL_COLS}"

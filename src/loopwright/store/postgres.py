@@ -305,6 +305,16 @@ class PostgresStore(SQLStore):
         with self._conn() as conn, conn.transaction():
             yield conn
 
+    @contextmanager
+    def _tx_lazy(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+        # A write that must outlive this process, not the server (a call's bill: the cycle's
+        # commit, synchronous, flushes the log up to its own record, so this one's too):
+        # committed without waiting for the log's flush. A crash of the server or the machine
+        # before the next flush may lose it: the bill of the one call in flight (invariant 7).
+        with self._conn() as conn, conn.transaction():
+            conn.execute("SET LOCAL synchronous_commit = off")
+            yield conn
+
     def _savepoint(self, conn: psycopg.Connection[Any]) -> AbstractContextManager[Any]:
         return conn.transaction()  # nested: a savepoint
 
