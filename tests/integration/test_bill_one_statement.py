@@ -158,3 +158,11 @@ def test_the_one_statement_bill_is_fenced_and_overwrites(
         assert [row is not None for row in wrote] == [True, True, False, False]
     finally:
         store.close()
+
+
+def test_a_bill_on_a_closed_store_is_refused_saying_so(url: str) -> None:
+    # (the one-statement path skipped the closed store's check: SQLite's driver error came out)
+    store, run_id, token = _store_with_run(url)
+    store.close()
+    with pytest.raises(lw.StoreError, match="is closed"):
+        _bill(store, run_id, token, ok=[0.1, 100])

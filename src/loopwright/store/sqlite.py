@@ -368,6 +368,7 @@ class SQLiteStore(SQLStore):
         # One statement, its own transaction (SQLite's autocommit): a billed call's bill as
         # PRAGMA, INSERT, PRAGMA instead of PRAGMA, BEGIN, UPDATE, SELECT, INSERT, COMMIT,
         # PRAGMA (bench/billed_cycles.py). Its rows read to the end, so that it has committed.
+        self._open()  # (a closed store refused saying so, as ``_tx`` does)
         with _Tx(self, lazy=lazy, single=True):
             rows = self._cur.execute(sql, args).fetchall()
         return rows[0] if rows else None
