@@ -189,7 +189,9 @@ def engine_step(rt: lw.Runtime, loop: lw.Loop, step: str) -> lw.RunResult:
 
 
 RUN_ID = re.compile(r"\b[0-9a-f]{12}\b")
+# (hook_not_done: the reconcile hook asked after a kill answered "not done": a crash record)
 VOLATILE = {"seconds", "created_at", "ts", "run_id", "recovered", "reconciled", "attempts"}
+VOLATILE |= {"hook_not_done"}
 VOLATILE |= {
     "decided_at",
     "approval_id",

@@ -57,7 +57,7 @@ VOLATILE = frozenset(
     {
         *("run_id", "case_id", "ts", "created_at", "updated_at", "ended_at", "seconds", "show"),
         *("lease_owner", "lease_expires_at", "fencing_token", "last_seq", "finished_at"),
-        *("recovered", "reconciled", "attempts", "requested_at", "decided_at"),
+        *("recovered", "reconciled", "hook_not_done", "attempts", "requested_at", "decided_at"),
     }
 )
 

@@ -65,6 +65,7 @@ CYCLE_EVENTS = (
 # (and the ids of memory items: the reflections' and those a record says the actor was shown)
 VOLATILE = {
     *("seconds", "ts", "created_at", "run_id", "show", "recovered", "reconciled", "attempts"),
+    "hook_not_done",
     *("memory", "memory_id"),
 }
 
