@@ -13,7 +13,7 @@ from typing import Any
 from ._errors import RunNotFoundError
 from .store import RunRecord, Store
 
-__all__ = ["compare_runs", "contract_changes", "flatten", "lay_over", "merge_contract"]
+__all__ = ["compare_runs", "contract_changes", "flatten", "merge_contract"]
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -52,16 +52,6 @@ def _laid_over(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str,
         else:
             out[key] = copy.deepcopy(value)
     return out
-
-
-def lay_over(snapshot: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
-    """A person's contract ``changes`` (a fork's file, a rerun's tables or form) laid over a
-    run's ``snapshot`` (``merge_contract``). A ``budget.max_cycles`` they set or clear is
-    theirs: the snapshot's mark of the engine's default ceiling (``max_cycles_default``) goes
-    with the number it marked, as a 1,000 a person writes is never marked; a fork is given
-    the ceiling again where its contract still wants it (``Contract.with_default_ceiling``).
-    Kept, the mark of a ``max_cycles = 1000`` written beside another exit dropped that cap."""
-    return merge_contract(snapshot, changes)  # (which takes the mark away)
 
 
 def contract_changes(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import loopwright as lw
-from loopwright._compare import lay_over, merge_contract
+from loopwright._compare import merge_contract
 from loopwright._contract import contract_from_snapshot
 from loopwright._decide import cycle_cap, remaining
 from loopwright._packet import build_packet, explain, stop_cause
@@ -111,15 +111,15 @@ def test_a_default_ceiling_gives_way_to_an_exit_the_author_chose() -> None:
     bare = plateau.with_default_ceiling()
     assert (bare.budget.max_cycles, bare.budget.max_cycles_default) == (None, False)
     assert bare.no_progress == lw.NoProgress(cycles=3)
-    # as a person's changes are laid over it (lay_over: a fork's file, a rerun): max_cycles
+    # as a person's changes are laid over it (merge_contract: a fork's file, a rerun): max_cycles
     # cleared (the rerun form's empty box) is the default again; a 1000 written is theirs
-    cleared = contract_from_snapshot(lay_over(snap, {"budget": {"max_cycles": None}}))
+    cleared = contract_from_snapshot(merge_contract(snap, {"budget": {"max_cycles": None}}))
     b = cleared.with_default_ceiling().budget
     assert (b.max_cycles, b.max_cycles_default) == (1000, True)
-    written = contract_from_snapshot(lay_over(snap, {"budget": {"max_cycles": 1000}}))
+    written = contract_from_snapshot(merge_contract(snap, {"budget": {"max_cycles": 1000}}))
     b = written.with_default_ceiling().budget
     assert (b.max_cycles, b.max_cycles_default) == (1000, False)
-    left = contract_from_snapshot(lay_over(snap, {"budget": {"max_cost_usd": 0.25}}))
+    left = contract_from_snapshot(merge_contract(snap, {"budget": {"max_cost_usd": 0.25}}))
     assert left.with_default_ceiling().budget.max_cycles_default
     # the money cleared too, the ceiling is its only exit: kept
     alone = contract_from_snapshot(merge_contract(snap, {"budget": {"max_cost_usd": None}}))

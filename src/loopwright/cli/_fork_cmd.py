@@ -47,7 +47,7 @@ def fork(
     """Fork RUN at a cycle: a new run whose state is RUN's after that cycle (accepted parts stay
     accepted), linked to it. Effects RUN did up to that cycle are inherited, never done again.
     Run it with `loopwright resume`."""
-    from .._compare import contract_changes, lay_over
+    from .._compare import contract_changes, merge_contract
     from .._contract import contract_from_snapshot
     from .._engine import Runtime
     from .._loop import other_loop
@@ -79,7 +79,7 @@ def fork(
         base = loop.contract.to_dict() if loop is not None else rec.contract
         chosen = loop.contract if loop is not None else None
         if tables is not None:
-            chosen = contract_from_snapshot(lay_over(base, tables))
+            chosen = contract_from_snapshot(merge_contract(base, tables))
         who = acting_as(rt.store, by, token, action="fork", target=f"run {rec.run_id}")
         with as_options(at_cycle="--at-cycle", task_key="--key", loop="--spec", by="--by"):
             new = rt.fork(

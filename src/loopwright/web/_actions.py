@@ -16,7 +16,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from .._authority import may_operate, operate
-from .._compare import contract_changes, lay_over, merge_contract
+from .._compare import contract_changes, merge_contract
 from .._contract import TERMINAL_STATUSES, contract_from_snapshot, refuse_engine_marks
 from .._engine import Runtime
 from .._errors import ConfigError, LoopwrightError, RunNotFoundError
@@ -157,7 +157,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         rec = get(run_id)
         if start:  # refused before the fork is made when the server has no room to start it
             deps.room_to_resume(who, origin, None, "resume")
-        merged = lay_over(rec.contract, changes)
+        merged = merge_contract(rec.contract, changes)
         try:
             refuse_engine_marks(changes)  # (the origin's snapshot may carry it; a person not)
             contract = contract_from_snapshot(merged)
