@@ -220,6 +220,12 @@ def test_every_non_accepted_end_has_a_packet(rt: lw.Runtime, loop: lw.Loop) -> N
             assert key in p, (r.task_key, key)
         assert p["recommended_action"]
         assert p["owner"] == "accounts-payable-team"
+        # the seed's escalation row: route the trace, evidence, unresolved state and the
+        # recommended next action (docs/requirements.md, E-C6)
+        assert p["route"] == "ap-exceptions-queue"
+        assert p["trace"]["run_id"] == r.run_id
+        assert isinstance(p["evidence"], dict)
+        assert set(p["plan"]) == {"done", "open"} and "accepted" in p
         assert p["stop_reason"] == r.stop_reason
         if r.status == "stopped":
             assert p["unresolved_findings"], r.task_key

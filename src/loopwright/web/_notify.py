@@ -61,6 +61,8 @@ DELIVERY_HEADER = "X-Loopwright-Delivery"
 WAITING_LISTED = 50  # requests listed in one "already waiting" message
 MARKER = NOTIFIED  # the event kind recording a delivery
 TEXT_MAX = 300  # characters of what / why in the one-line text
+HANDOFF_LISTED = 20  # unresolved findings listed in a run's hand-off (all are counted)
+EVIDENCE_MAX = 1_000  # characters of a listed finding's evidence (as JSON) sent whole
 
 Post = Callable[[str, bytes, Mapping[str, str], float], int]
 
@@ -243,14 +245,48 @@ def approval_body(a: Approval, run: RunRecord | None, link_base: str | None) -> 
     }
 
 
+def _handoff(packet: Mapping[str, Any]) -> dict[str, Any]:
+    """What the stop contract's escalation routes (the loop-engineering seed's row: "the
+    trace, evidence, unresolved state, and recommended next action"), from a run's packet: its
+    owner and route, the recommended action, the unresolved findings (how many, the first
+    ``HANDOFF_LISTED`` with where they are and their evidence) and the trace reference."""
+    found = [f for f in packet.get("unresolved_findings") or () if isinstance(f, Mapping)]
+    trace = packet.get("trace")
+    return {
+        "owner": packet.get("owner"),
+        "route": packet.get("route"),
+        "recommended_action": packet.get("recommended_action") or None,
+        "unresolved": len(found),
+        "unresolved_findings": [_finding(f) for f in found[:HANDOFF_LISTED]],
+        "trace": dict(trace) if isinstance(trace, Mapping) else None,
+    }
+
+
+def _finding(f: Mapping[str, Any]) -> dict[str, Any]:
+    """One unresolved finding of a hand-off: where, what, and its evidence when that is short
+    (a longer one, a test log say, is named by its size: the run page holds it whole)."""
+    out = {k: f.get(k) for k in ("artifact", "part", "dimension", "message")}
+    evidence = f.get("evidence")
+    size = len(json.dumps(evidence, default=str))
+    out["evidence"] = evidence if size <= EVIDENCE_MAX else {"omitted_chars": size}
+    return out
+
+
 def run_end_body(rec: RunRecord, link_base: str | None) -> dict[str, Any]:
-    """The JSON posted when a run ends."""
+    """The JSON posted when a run ends; a run that ends without being accepted is handed
+    over with its packet's owner, route, recommended action and unresolved findings."""
     url = f"{link_base}/runs/{quote(rec.run_id)}" if link_base else None
     cause = run_stop_cause(rec) or rec.stop_reason or ""
+    packet = rec.packet if isinstance(rec.packet, Mapping) else None
+    handoff = _handoff(packet) if packet is not None and rec.status != "accepted" else None
+    owner = handoff["owner"] if handoff else None
+    route = handoff["route"] if handoff else None
     text = (
         f"Run {_shown(rec.run_id[:12])} ({_shown(rec.task_key)}) {rec.status.replace('_', ' ')}"
         + (f": {_shown(cause)}" if cause else "")
         + f" — {rec.cycle} cycle(s), ${rec.cost_usd:.4f}"
+        + (f" — for {_shown(owner)}" if owner else "")
+        + (f" via {_shown(route)}" if route else "")
         + (f" — {url}" if url else "")
     )
     return {
@@ -267,6 +303,7 @@ def run_end_body(rec: RunRecord, link_base: str | None) -> dict[str, Any]:
         "cost_usd": rec.cost_usd,
         "ended_at": _iso(rec.ended_at),
         "url": url,
+        "handoff": handoff,
     }
 
 
