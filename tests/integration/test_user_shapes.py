@@ -61,6 +61,13 @@ def test_a_verifier_building_a_wrong_verdict_escalates_naming_the_field(
         (lambda: lw.Usage(tokens=-1000), "Usage.tokens"),
         (lambda: lw.Usage(cost_usd=float("nan")), "Usage.cost_usd"),
         (lambda: lw.Usage(cost_usd="0.5"), "Usage.cost_usd"),
+        # stop 52: an int past every float passed the check, then the cycle's sum raised
+        # OverflowError (the run failed, loopwright's own error); costs near the largest float
+        # summed to an infinity, which the store writes as null
+        (lambda: lw.Usage(cost_usd=10**400), "Usage.cost_usd"),
+        (lambda: lw.Usage(cost_usd=1.5e308), "Usage.cost_usd"),
+        (lambda: lw.Usage(cost_usd=2**70), "Usage.cost_usd"),
+        (lambda: lw.Usage(seconds=10**400), "Usage.seconds"),
     ],
 )
 def test_an_actor_reporting_an_impossible_spend_escalates_and_spends_nothing_negative(
