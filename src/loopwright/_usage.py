@@ -11,7 +11,7 @@ from typing import Any
 from ._errors import ConfigError
 from ._frozen import quick_init, twin_of
 
-__all__ = ["MAX_AMOUNT", "MAX_TOKENS", "Usage"]
+__all__ = ["MAX_AMOUNT", "MAX_TOKENS", "Usage", "plain_usage"]
 
 _set = object.__setattr__  # what a frozen dataclass's __init__ calls
 
@@ -102,6 +102,16 @@ class Usage:
             int(data.get("tokens", 0)),
             float(data.get("seconds", 0.0)),
         )
+
+
+def plain_usage(usage: Usage | None) -> Usage | None:
+    """``usage`` as a plain ``Usage``, its amounts checked: a subclass's are checked again (one
+    that overrides ``__post_init__`` reported a negative or NaN cost unchecked, and the
+    engine's own sum of it raised ``ConfigError`` outside the user's call: the run was left
+    running, stop 52). ``ConfigError`` naming the field when they are not amounts."""
+    if usage is None or type(usage) is Usage:
+        return usage
+    return Usage(usage.cost_usd, usage.tokens, usage.seconds)
 
 
 _new = object.__new__
