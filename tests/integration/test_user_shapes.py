@@ -256,3 +256,26 @@ def test_a_usage_subclass_with_good_amounts_is_charged_as_a_usage(tmp_path: Path
     # $0.80 after two cycles: a third, projected at $0.40, would cross the $1 budget
     assert (r.stop_reason, r.cycles) == ("budget_cost", 2)
     assert r.spent.cost_usd == pytest.approx(0.8)
+
+
+def test_calls_at_the_largest_cost_a_usage_holds_sum_past_it_in_a_cycle(tmp_path: Path) -> None:
+    # stop 52: with a call's cost bounded (MAX_AMOUNT), the cycle's sum was checked as one
+    # usage's: an actor and a check each at 2**53 raised ConfigError out of run_sync and left
+    # the run running. A sum of checked amounts is no user's report: it is recorded.
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {"n": ctx.cycle}, usage=lw.Usage(cost_usd=2**53))
+
+    def check(s: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, usage=lw.Usage(cost_usd=2**53))
+
+    loop = lw.Loop(
+        name="shapes",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK)
+        rec = rt.store.get_run(r.run_id)
+    assert (r.stop_reason, r.cycles, rec.status) == ("budget_cycles", 2, "stopped")
+    assert r.spent.cost_usd == 4.0 * 2**53
