@@ -268,12 +268,7 @@ def test_calls_at_the_largest_cost_a_usage_holds_sum_past_it_in_a_cycle(tmp_path
     def check(s: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
         return lw.Verdict(passed=False, usage=lw.Usage(cost_usd=2**53))
 
-    loop = lw.Loop(
-        name="shapes",
-        actor=actor,
-        verifiers=[lw.Check(fn=check, name="check")],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
-    )
+    loop = replace(_loop(actor, check), contract=lw.Contract(budget=lw.Budget(max_cycles=2)))
     with lw.Runtime(tmp_path / "s.db") as rt:
         r = rt.run_sync(loop, TASK)
         rec = rt.store.get_run(r.run_id)
