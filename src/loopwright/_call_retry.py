@@ -23,10 +23,11 @@ from ._call_billing import (
     charge,
 )
 from ._calls import _PLAIN, CallTimeout, _awaitable, call_user
+from ._errors import ConfigError
 from ._exec import Execution, GaveUp, OutOfTime, OverBudget, error_info, priced_dict
 from ._modelcalls import MODEL_CALL, SINK
 from ._retry import RetryPolicy
-from ._usage import Usage
+from ._usage import Usage, plain_usage
 from .store import NewEvent, Store
 from .store._base import with_newer
 
@@ -230,6 +231,11 @@ async def _failed_attempt(
     its events, then either the backoff is waited out (returns what the failed attempts cost
     so far) or ``GaveUp`` / ``OutOfTime`` / ``OverBudget`` is raised, carrying that cost."""
     cost = getattr(exc, "usage", None)
+    if isinstance(cost, Usage) and type(cost) is not Usage:
+        try:
+            cost = plain_usage(cost)  # (a subclass's amounts, checked again)
+        except ConfigError as bad:  # the user's mistake, named: the attempt failed by it
+            bad.__cause__, exc, cost = exc, bad, None
     attempt: Usage | None = None
     if isinstance(cost, Usage) and (cost.cost_usd or cost.tokens):
         attempt = Usage._stored(cost.cost_usd, cost.tokens, 0.0)

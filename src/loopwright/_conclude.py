@@ -23,7 +23,7 @@ from ._proposal import Proposal, Verdict
 from ._question import Question
 from ._record_codec import packed_calls, packed_record, packed_usage
 from ._state import Finding, TaskState, person_edit
-from ._usage import Usage
+from ._usage import MAX_TOKENS, Usage
 from .store import NewEvent
 
 __all__ = ["Concluding"]
@@ -345,8 +345,12 @@ class Concluding(RuntimeHost):
         for k, v in held.items():
             held_p[k] = v.to_packed_dict(k)
         priced = calls_usage(ex.calls)
-        # (a Usage first, as ever: its checks refuse a sum no usage may hold)
-        spent = Usage(priced.cost_usd, priced.tokens, s.spent.seconds - old.spent.seconds)
+        # A token count no usage may hold is refused, as ever (a commit would overflow). Its
+        # cost is not checked against a call's bound (``MAX_AMOUNT``): a sum of checked
+        # amounts, a float that cannot overflow (stop 52: two calls of 2**53 USD raised here).
+        if priced.tokens > MAX_TOKENS:
+            Usage(0.0, priced.tokens)  # (raises ConfigError, naming Usage.tokens)
+        spent = Usage._stored(priced.cost_usd, priced.tokens, s.spent.seconds - old.spent.seconds)
         # (a cycle that made no attempt is no paid one: the next attempt is projected at the
         # mean of attempts; its spend still counts, so the projection errs on the dear side)
         if no_attempt(ex):

@@ -540,9 +540,10 @@ class Contract:
     def refuse_for_a_run(self) -> None:
         """Where a run is given this contract (a loop built, a fork): ``ConfigError`` for a
         contract no run can work under (a snapshot of one still loads, and replay reads one):
-        ``marginal_return_only``, or a budget of 0 (``budget_stop`` stops at a spend that has
-        reached its limit, so every run would end before its first cycle, reporting 0 calls
-        made; ``max_cycles = 0`` is refused where it is read, as no snapshot holds one)."""
+        ``marginal_return_only``, or a budget of 0 or within ``FLOAT_SLACK`` of it
+        (``budget_stop`` stops at a spend that has reached its limit, so every run would end
+        before its first cycle, reporting 0 calls made; ``max_cycles = 0`` is refused where
+        it is read, as no snapshot holds one)."""
         self.refuse_marginal_return_only()
         b = self.budget
         for name, limit in (
@@ -554,6 +555,17 @@ class Contract:
                 raise ConfigError(
                     "must be more than 0: a budget of 0 ends every run before its first "
                     "cycle (leave it out for no limit)",
+                    field=f"contract.budget.{name}",
+                )
+            if limit is not None and limit <= shapes.FLOAT_SLACK:
+                # A cost or time budget is reached within the float slack of a sum
+                # (``_decide.crosses``): one this small is reached at 0 spent, so it acts as a
+                # budget of 0 (stop 52: max_seconds=1e-9 stopped every run, 0 cycles made).
+                raise ConfigError(
+                    f"must be more than {shapes.FLOAT_SLACK:g}, got {limit!r}: a budget "
+                    "within the rounding slack of a sum counts as reached before anything is "
+                    "spent and ends every run before its first cycle (leave it out for no "
+                    "limit)",
                     field=f"contract.budget.{name}",
                 )
 

@@ -316,7 +316,7 @@ class Cycle(ActorContext):
                         crossed[0],
                         cause=f"{crossed[1]} during verifier {loop.checks[i - 1].name}; "
                         f"{rest} not run",
-                        evidence={"verdicts": {k: v.to_dict() for k, v in visible.items()}},
+                        evidence=_so_far(visible),
                         unverified=proposal.to_dict(),
                     )
             light = not check.held_out
@@ -348,8 +348,17 @@ class Cycle(ActorContext):
             except GaveUp as gave:
                 charge(ex, scope, gave.billed)
                 where = f"verifier {check.name}"
+                # The proposal it judged is kept, unverified, beside the verdicts so far, as
+                # at every other end inside a cycle (stop 52: a person fixing the check had
+                # no copy of the work paid for)
                 return self._abort(
-                    ex, t0, "escalated", cause=_gave_up(where, gave), error=gave.error
+                    ex,
+                    t0,
+                    "escalated",
+                    cause=_gave_up(where, gave),
+                    error=gave.error,
+                    evidence=_so_far(visible) if visible else None,
+                    unverified=proposal.to_dict(),
                 )
             if not isinstance(verdict, Verdict):
                 # (said as the actor's is: "failed" named no fault; its ``where`` is the
@@ -361,6 +370,8 @@ class Cycle(ActorContext):
                     "escalated",
                     cause=f"verifier {check.name} returned the wrong type ({got})",
                     error=_fault(scope, "TypeError", f"verifier {check.name} {got}"),
+                    evidence=_so_far(visible) if visible else None,
+                    unverified=proposal.to_dict(),
                 )
             # (some finding has no verifier named; a C loop, no call a finding)
             if verdict.findings and not all(map(_VERIFIER, verdict.findings)):
@@ -497,6 +508,11 @@ def _refs(edits: Sequence[Any]) -> list[str]:
     for e in edits:
         out.append(e.ref)
     return out
+
+
+def _so_far(visible: dict[str, Verdict]) -> dict[str, Any]:
+    """A packet's evidence for a cycle ended among its checks: the visible verdicts so far."""
+    return {"verdicts": {k: v.to_dict() for k, v in visible.items()}}
 
 
 def _fault(where: str, kind: str, message: str) -> dict[str, Any]:

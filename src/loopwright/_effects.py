@@ -22,7 +22,7 @@ from ._errors import ConfigError
 from ._json import lone_surrogate, round_trip
 from ._redact import redact
 from ._retry import RetryPolicy
-from ._usage import Usage
+from ._usage import Usage, plain_usage
 
 # An effect argument of these types cannot be changed in place (``Effect.bind``).
 _SCALARS = frozenset((str, int, float, bool, type(None)))
@@ -122,6 +122,7 @@ class EffectResult:
 
     def __post_init__(self) -> None:
         shapes.optional(self.usage, Usage, "EffectResult.usage")
+        object.__setattr__(self, "usage", plain_usage(self.usage))
 
 
 # What each hook is called with: (how many positional arguments, their names for a refusal).

@@ -23,7 +23,7 @@ from ._question import Question
 from ._record_codec import packed_proposal
 from ._redact import redact
 from ._state import Finding, PlanStep, part_ref
-from ._usage import Usage
+from ._usage import Usage, plain_usage
 from ._verdict import Verdict
 
 __all__ = ["Context", "Edit", "Proposal", "Remaining", "Verdict"]
@@ -124,6 +124,7 @@ class Proposal:
         _set(self, "effects", shapes.tuple_of(self.effects, EffectCall, "Proposal.effects"))
         _set(self, "new_steps", shapes.tuple_of(self.new_steps, PlanStep, "Proposal.new_steps"))
         shapes.optional(self.usage, Usage, "Proposal.usage")
+        _set(self, "usage", plain_usage(self.usage))
         shapes.text(self.note, "Proposal.note")
         shapes.optional(self.escalate, str, "Proposal.escalate")
         shapes.optional(self.question, Question, "Proposal.question")

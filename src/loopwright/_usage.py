@@ -11,7 +11,7 @@ from typing import Any
 from ._errors import ConfigError
 from ._frozen import quick_init, twin_of
 
-__all__ = ["MAX_TOKENS", "Usage"]
+__all__ = ["MAX_AMOUNT", "MAX_TOKENS", "Usage", "plain_usage"]
 
 _set = object.__setattr__  # what a frozen dataclass's __init__ calls
 
@@ -21,6 +21,13 @@ number a float (and a JSON reader such as the dashboard's) holds exactly. A larg
 refused where it is made, so no reported value can fail a commit (SQLite's INTEGER stops at
 2**63 - 1)."""
 
+MAX_AMOUNT = 2.0**53
+"""The most ``cost_usd`` (or ``seconds``) one ``Usage`` may report: far beyond any real call
+(9e15 USD). Unbounded, an int past every float (``10**400``) passed the check and failed the
+cycle's sum (``OverflowError``: the run ``failed``, as loopwright's own error), and two costs of
+1.5e308 summed to an infinity, which a store writes as ``null``; under this bound no sum of a
+run's calls leaves the floats."""
+
 
 @quick_init
 @dataclass(frozen=True, slots=True)
@@ -28,10 +35,10 @@ class Usage:
     """Spend of one call (or a sum of calls).
 
     Attributes:
-        cost_usd: money spent, in US dollars (a finite number ≥ 0).
+        cost_usd: money spent, in US dollars (a number ≥ 0, at most ``MAX_AMOUNT``).
         tokens: model tokens (input + output), or a documented proxy (a whole number ≥ 0, at
             most ``MAX_TOKENS``).
-        seconds: wall-clock seconds of the call (a finite number ≥ 0).
+        seconds: wall-clock seconds of the call (a number ≥ 0, at most ``MAX_AMOUNT``).
 
     Invariant 7 (budget honesty) rests on these: a negative cost would let a run spend without
     limit, a NaN would reach the store. So a bad value is refused where it is made, inside the
@@ -49,9 +56,9 @@ class Usage:
             (type(c) is float or type(c) is int)
             and type(t) is int
             and (type(s) is float or type(s) is int)
-            and 0 <= c < math.inf
+            and 0 <= c <= MAX_AMOUNT
             and 0 <= t <= MAX_TOKENS
-            and 0 <= s < math.inf
+            and 0 <= s <= MAX_AMOUNT
         ):
             return
         object.__setattr__(self, "cost_usd", _amount(c, "cost_usd"))
@@ -97,6 +104,16 @@ class Usage:
         )
 
 
+def plain_usage(usage: Usage | None) -> Usage | None:
+    """``usage`` as a plain ``Usage``, its amounts checked: a subclass's are checked again (one
+    that overrides ``__post_init__`` reported a negative or NaN cost unchecked, and the
+    engine's own sum of it raised ``ConfigError`` outside the user's call: the run was left
+    running, stop 52). ``ConfigError`` naming the field when they are not amounts."""
+    if usage is None or type(usage) is Usage:
+        return usage
+    return Usage(usage.cost_usd, usage.tokens, usage.seconds)
+
+
 _new = object.__new__
 # Usage's twin (``_frozen.quick_init``): the engine's sums built with plain attribute stores.
 _TWIN: Any = twin_of(Usage)
@@ -116,10 +133,24 @@ def _plain(cost_usd: float, tokens: int, seconds: float) -> Usage:
 def _amount(value: Any, name: str) -> float:
     # numpy's floats and ints are numbers.Real; what is stored is a plain float or int
     ok = not isinstance(value, bool) and isinstance(value, numbers.Real)
-    number = float(value) if ok else math.nan
+    try:
+        number = float(value) if ok else math.nan
+    except OverflowError:  # an int past every float (10**400)
+        number = math.inf
     if not 0 <= number < math.inf:  # NaN too
-        raise ConfigError(f"must be a finite number ≥ 0, got {value!r}", field=f"Usage.{name}")
+        raise ConfigError(
+            f"must be a finite number ≥ 0, got {_shown(value)}", field=f"Usage.{name}"
+        )
+    if number > MAX_AMOUNT:
+        raise ConfigError(
+            f"must be at most 2**53 (MAX_AMOUNT), got {_shown(value)}", field=f"Usage.{name}"
+        )
     return value if type(value) is int else number
+
+
+def _shown(value: Any) -> str:
+    # (an int's repr past 4,300 digits raises)
+    return _short(value) if type(value) is int else repr(value)
 
 
 def _count(value: Any) -> int:

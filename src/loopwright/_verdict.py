@@ -13,7 +13,7 @@ from ._errors import ConfigError
 from ._frozen import quick_init
 from ._record_codec import packed_finding, packed_verdict
 from ._state import Finding
-from ._usage import Usage
+from ._usage import Usage, plain_usage
 
 __all__ = ["Verdict"]
 
@@ -100,6 +100,7 @@ class Verdict:
                 f"must be a mapping, got {type(self.evidence).__name__}", field="Verdict.evidence"
             )
         shapes.optional(self.usage, Usage, "Verdict.usage")
+        object.__setattr__(self, "usage", plain_usage(self.usage))
         if self.checked is not None and type(self.checked) is not tuple:
             if isinstance(self.checked, str):
                 raise ConfigError(

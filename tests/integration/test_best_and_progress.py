@@ -205,6 +205,34 @@ def test_a_budget_of_zero_is_refused_where_a_loop_is_built(name: str) -> None:
     lw.Loop(name="z", actor=lambda ctx: lw.Proposal(), verifiers=[_ok], contract=tiny)
 
 
+@pytest.mark.parametrize("name", ["max_cost_usd", "max_seconds"])
+@pytest.mark.parametrize("limit", [1e-300, 1e-12, 1e-9])
+def test_a_budget_within_the_float_slack_of_zero_is_refused_as_zero_is(
+    tmp_path: Path, name: str, limit: float
+) -> None:
+    # stop 52: a spend is compared past the float slack of a sum, so a budget this small is
+    # reached at 0 spent: every run ended before its first cycle (budget_time, 0 cycles),
+    # the case a budget of 0 is refused for
+    small = lw.Contract(budget=lw.Budget(max_cycles=2, **{name: limit}))
+    with pytest.raises(ConfigError, match=r"more than 1e-09, got") as e:
+        lw.Loop(name="z", actor=lambda ctx: lw.Proposal(), verifiers=[_ok], contract=small)
+    assert e.value.field == f"contract.budget.{name}"
+    # just past the slack it is a budget: a run's first (free, instant) cycle starts under it
+    above = lw.Contract(budget=lw.Budget(max_cycles=1, **{name: 1e-9 * 2}))
+    if name == "max_cost_usd":
+        loop = lw.Loop(
+            name="z",
+            actor=lambda ctx: lw.Proposal.edit("a", {"x": 1}),
+            verifiers=[_ok],
+            contract=above,
+        )
+        with lw.Runtime(tmp_path / "s.db") as rt:
+            r = rt.run_sync(loop, {"artifacts": {"a": {"x": 0}}}, task_key="k")
+        assert r.cycles == 1
+    else:
+        lw.Loop(name="z", actor=lambda ctx: lw.Proposal(), verifiers=[_ok], contract=above)
+
+
 def test_checks_averaging_exactly_min_score_succeed_and_replay_agrees(tmp_path: Path) -> None:
     """Two checks scoring 0.85 and 0.95 under min_score 0.9 average 0.8999999999999999 in
     floats: the run was refused success and spent its whole budget; replay agreed with that."""

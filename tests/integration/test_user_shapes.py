@@ -9,6 +9,7 @@ import datetime
 import json
 import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,13 @@ def test_a_verifier_building_a_wrong_verdict_escalates_naming_the_field(
         (lambda: lw.Usage(tokens=-1000), "Usage.tokens"),
         (lambda: lw.Usage(cost_usd=float("nan")), "Usage.cost_usd"),
         (lambda: lw.Usage(cost_usd="0.5"), "Usage.cost_usd"),
+        # stop 52: an int past every float passed the check, then the cycle's sum raised
+        # OverflowError (the run failed, loopwright's own error); costs near the largest float
+        # summed to an infinity, which the store writes as null
+        (lambda: lw.Usage(cost_usd=10**400), "Usage.cost_usd"),
+        (lambda: lw.Usage(cost_usd=1.5e308), "Usage.cost_usd"),
+        (lambda: lw.Usage(cost_usd=2**70), "Usage.cost_usd"),
+        (lambda: lw.Usage(seconds=10**400), "Usage.seconds"),
     ],
 )
 def test_an_actor_reporting_an_impossible_spend_escalates_and_spends_nothing_negative(
@@ -192,3 +200,77 @@ def test_evidence_keyed_by_a_key_with_no_text_is_stored_as_its_type(tmp_path: Pa
         r = rt.run_sync(_loop(_edit, lambda s, p: verdict), TASK)
         assert (r.status, r.stop_reason) == ("stopped", "budget_cycles")
         assert rt.store.get_run(r.run_id).status == "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class _Unchecked(lw.Usage):
+    """A subclass that skips ``Usage``'s checks (its own ``__post_init__``)."""
+
+    def __post_init__(self) -> None:
+        pass
+
+
+def _actor_reporting(usage: lw.Usage) -> Callable[[lw.Context], lw.Proposal]:
+    return lambda ctx: lw.Proposal.edit("doc", {"n": 1}, usage=usage)
+
+
+def _failing_with(usage: lw.Usage) -> Callable[[lw.Context], lw.Proposal]:
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        e = lw.TransientError("flaky")
+        e.usage = usage  # type: ignore[attr-defined]  # (the documented way to bill a failure)
+        raise e
+
+    return actor
+
+
+@pytest.mark.parametrize("where", ["proposal", "verdict", "failed attempt"])
+@pytest.mark.parametrize("cost", [-0.5, float("nan")])
+def test_a_usage_subclass_skipping_the_checks_escalates_naming_the_field(
+    tmp_path: Path, where: str, cost: float
+) -> None:
+    # stop 52: the subclass's cost passed (isinstance), then the engine's own sum of it raised
+    # ConfigError out of run_sync, outside the user's call: the run was left running, and
+    # every resume raised again. It is checked where user code hands it over now.
+    bad = _Unchecked(cost_usd=cost)
+    if where == "proposal":
+        loop = _loop(_actor_reporting(bad), lambda s, p: lw.Verdict(passed=False))
+    elif where == "verdict":
+        loop = _loop(_edit, lambda s, p: lw.Verdict(passed=False, usage=bad))
+    else:
+        loop = replace(
+            _loop(_failing_with(bad), lambda s, p: lw.Verdict(passed=False)),
+            retry=lw.RetryPolicy(attempts=2, backoff_s=0.0),
+        )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK)
+        rec = rt.store.get_run(r.run_id)
+    assert (r.status, rec.status) == ("escalated", "escalated")
+    assert r.packet is not None and "ConfigError: Usage.cost_usd" in r.packet["cause"]
+    assert r.spent.cost_usd == 0.0
+
+
+def test_a_usage_subclass_with_good_amounts_is_charged_as_a_usage(tmp_path: Path) -> None:
+    loop = _loop(_actor_reporting(_Unchecked(cost_usd=0.4)), lambda s, p: lw.Verdict(passed=False))
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK)
+    # $0.80 after two cycles: a third, projected at $0.40, would cross the $1 budget
+    assert (r.stop_reason, r.cycles) == ("budget_cost", 2)
+    assert r.spent.cost_usd == pytest.approx(0.8)
+
+
+def test_calls_at_the_largest_cost_a_usage_holds_sum_past_it_in_a_cycle(tmp_path: Path) -> None:
+    # stop 52: with a call's cost bounded (MAX_AMOUNT), the cycle's sum was checked as one
+    # usage's: an actor and a check each at 2**53 raised ConfigError out of run_sync and left
+    # the run running. A sum of checked amounts is no user's report: it is recorded.
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {"n": ctx.cycle}, usage=lw.Usage(cost_usd=2**53))
+
+    def check(s: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, usage=lw.Usage(cost_usd=2**53))
+
+    loop = replace(_loop(actor, check), contract=lw.Contract(budget=lw.Budget(max_cycles=2)))
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK)
+        rec = rt.store.get_run(r.run_id)
+    assert (r.stop_reason, r.cycles, rec.status) == ("budget_cycles", 2, "stopped")
+    assert r.spent.cost_usd == 4.0 * 2**53

@@ -276,3 +276,17 @@ def test_usage_tokens_are_bounded_so_no_count_can_fail_a_commit(tokens: int) -> 
     with pytest.raises(ConfigError, match=r"Usage\.tokens.*at most 2\*\*53"):
         lw.Usage(0.0, tokens)
     assert lw.Usage(0.0, 2**53).tokens == 2**53
+
+
+@pytest.mark.parametrize(
+    "amount", [2**53 + 2, 2.0**60, 1.5e308, 10**400], ids=["2**53+2", "2**60", "1.5e308", "10**400"]
+)
+@pytest.mark.parametrize("name", ["cost_usd", "seconds"])
+def test_usage_amounts_are_bounded_so_no_sum_leaves_the_floats(amount: float, name: str) -> None:
+    # stop 52: Usage(cost_usd=10**400) passed (an int compares below inf), and the cycle's sum
+    # raised OverflowError; two costs of 1.5e308 summed to inf, stored as null
+    with pytest.raises(
+        ConfigError, match=rf"Usage\.{name}: must be (at most 2\*\*53|a finite number)"
+    ):
+        lw.Usage(**{name: amount})
+    assert getattr(lw.Usage(**{name: 2**53}), name) == 2**53
