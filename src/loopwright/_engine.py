@@ -378,11 +378,15 @@ class Runtime(
         except StoreUnavailableError as exc:
             # The store failed, not the run: nothing is marked failed (the write would fail too,
             # or, after a dropped connection, end a healthy run). The run is as its last durable
-            # checkpoint has it; its lease expires and any worker, or `resume`, goes on.
-            raise StoreUnavailableError(
-                f"{exc} — run {rec.run_id} is left as its last checkpoint has it; resume it "
-                f"when the store is back (loopwright resume {rec.run_id})"
-            ) from exc
+            # checkpoint has it; its lease expires and any worker, or `resume`, goes on. Unless
+            # the commit that failed ended (or parked) it, durable with its answer lost: then
+            # the run has ended here, and its result is returned (pg52: a worker counted it
+            # interrupted, "resume it", and never reported it ended).
+            if not self._ended_here(ex, rec):
+                raise StoreUnavailableError(
+                    f"{exc} — run {rec.run_id} is left as its last checkpoint has it; resume it "
+                    f"when the store is back (loopwright resume {rec.run_id})"
+                ) from exc
         except Exception as exc:
             if ex.lost:
                 raise
@@ -437,6 +441,22 @@ class Runtime(
         )
 
     # --- internals ----------------------------------------------------------------------
+    def _ended_here(self, ex: _Exec, started: RunRecord) -> bool:
+        """Whether a commit of ``ex`` (its answer lost: the connection dropped after the server
+        committed) ended or parked its run: the store holds the run so, under ``ex``'s own
+        lease (a claim since would have raised the token), at a checkpoint newer than the one
+        ``ex`` started from (a run resumed from ``awaiting_approval`` that failed before its
+        first commit is not "parked here"). A store still failing: no."""
+        try:
+            now = self.store.get_run(ex.run_id)
+        except Exception:
+            return False
+        return (
+            now.fencing_token == ex.token
+            and now.status not in ("pending", "running")
+            and now.last_seq > started.last_seq
+        )
+
     async def _heartbeat(self, ex: _Exec) -> None:
         while True:
             await asyncio.sleep(self.lease_ttl_s / 3)
