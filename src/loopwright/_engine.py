@@ -461,7 +461,16 @@ class Runtime(
         while True:
             await asyncio.sleep(self.lease_ttl_s / 3)
             try:
-                self.store.renew_lease(ex.run_id, ex.token, self.lease_ttl_s)
+                # In a thread, not on the event loop: a renewal waiting on its run's row lock
+                # (another process inside a transaction on that run: a cancel, the dashboard,
+                # frozen up to the server's idle timeout) stalled every run of the process, so
+                # their leases ran out under a live worker and were taken over mid-cycle (pg52).
+                # One cancelled in flight may land after the release: it writes only the expiry
+                # of a lease whose owner is gone (claimable all the same) or, a token since
+                # taken over, nothing.
+                await asyncio.to_thread(
+                    self.store.renew_lease, ex.run_id, ex.token, self.lease_ttl_s
+                )
             except StaleLeaseError:
                 ex.lost = True
                 return

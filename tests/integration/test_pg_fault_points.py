@@ -14,7 +14,10 @@ names which write it is), and acts on it there:
   ends it; then SIGCONT — the frozen worker writes nothing more;
 * a proxy that loses the answer of the COMMIT that ended the run (durable, the worker told the
   connection died): the worker reports the run ended (it said "interrupted");
-* ``approve`` and ``deny`` from two processes at once, both waiting on the request's row lock.
+* ``approve`` and ``deny`` from two processes at once, both waiting on the request's row lock;
+* one run's row held locked while the worker's other leases must be renewed;
+* workers whose host clocks are skewed (libfaketime), and five workers draining a queue while
+  one, drawn by a seeded RNG, is SIGKILLed at drawn actor-call counts and replaced.
 
 Actors and payments wait on files (``pgfaults/work.py``: ``actor_hold``, ``effect_hold``), so
 every step waits for a condition, never a fixed time. After each: every run accepted, once,
@@ -26,6 +29,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -120,15 +125,20 @@ class Faults:
         return Counter(r[0] for r in self.sql("SELECT status FROM runs"))
 
     # --- processes ---------------------------------------------------------------------
-    def worker(self, app: str, *extra: str, url: str | None = None) -> subprocess.Popen[bytes]:
+    def worker(
+        self, app: str, *extra: str, url: str | None = None, faketime: str = ""
+    ) -> subprocess.Popen[bytes]:
+        """``loopwright worker`` as ``app`` (its connections' application_name); under
+        libfaketime's ``faketime -f OFFSET`` when ``faketime`` is given."""
         env = {**os.environ, "WORK_DIR": str(self.work)}
+        skewed = ["faketime", "-f", faketime] if faketime else []
         store = f"{url or self.url}&application_name={app}"
         with (
             (self.work / f"{app}.out").open("wb") as out,
             (self.work / f"{app}.err").open("wb") as err,
         ):
             proc = subprocess.Popen(
-                [EXE, "worker", "--store", store, "--poll", "0.1", "--json", *extra],
+                [*skewed, EXE, "worker", "--store", store, "--poll", "0.1", "--json", *extra],
                 env=env,
                 stdout=out,
                 stderr=err,
@@ -402,3 +412,98 @@ def _pg_host_port(base: str) -> str:
 
 def _pg_port(base: str) -> str:
     return _pg_host_port(base).rpartition(":")[2]
+
+
+def test_one_locked_run_does_not_stall_the_workers_other_leases(faults: Faults) -> None:
+    """One run's row held locked by another process (a `cancel` or the dashboard frozen inside
+    its transaction, up to the server's idle timeout): the worker's heartbeat for that run
+    waits on the lock. It waited on the event loop, so every other run of the worker stopped
+    renewing too; their leases ran out while the worker lived, and other workers took them
+    over mid-cycle (pg52). Now the other runs' leases are renewed meanwhile."""
+    f = faults
+    x, y = f.create(2)
+    f.hold("actor_hold")
+    w = f.worker("lw_pg52_h", "--lease-ttl", "15", "--concurrency", "2")
+    f.until("both actors called", lambda: len(f.lines("actors.log")) >= 2, w)
+    import psycopg
+
+    lock = psycopg.connect(f.base)
+    lock.execute(f'SET search_path TO "{f.schema}"')
+    lock.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (x,)).fetchall()
+    try:
+        f.until("x's heartbeat waiting", lambda: f.waiting("lw_pg52_h", HEARTBEAT), w)
+        [(before,)] = f.sql("SELECT lease_expires_at FROM runs WHERE run_id = %s", (y,))
+
+        def renewed_or_expired() -> str:
+            [(at, expired)] = f.sql(
+                "SELECT lease_expires_at, lease_expires_at < extract(epoch from "
+                "clock_timestamp()) FROM runs WHERE run_id = %s",
+                (y,),
+            )
+            return "expired" if expired else "renewed" if at > before else ""
+
+        # (renewed every 5 s; the lease runs 15 s: one a hang would let expire first)
+        assert f.until("y's lease renewed or expired", renewed_or_expired, w) == "renewed"
+    finally:
+        lock.rollback()
+        lock.close()
+    f.lift("actor_hold")
+    f.until("every run accepted", lambda: f.all_accepted(2), w)
+    f.stop(w)
+    assert f.said(w)["ended"] == {"accepted": 2}
+    f.check([x, y])
+
+
+@pytest.mark.skipif(shutil.which("faketime") is None, reason="needs faketime (apt: faketime)")
+def test_workers_with_skewed_host_clocks_follow_the_servers(faults: Faults) -> None:
+    """Workers under libfaketime, an hour ahead and an hour behind: the leases they take and
+    renew expire the TTL after the server's now, and a third, two hours ahead, finds both
+    runs held (it claims nothing) though its clock says they ran out long ago."""
+    f = faults
+    ids = f.create(2)
+    f.hold("actor_hold")
+    workers = []
+    for k, skew in enumerate(("+1h", "-1h")):
+        w = f.worker(f"lw_pg52_skew{k}", "--lease-ttl", "30", "--max-runs", "1", faketime=skew)
+        f.until(f"{skew}'s actor", lambda k=k: len(f.lines("actors.log")) == k + 1, w)
+        workers.append(w)
+    left = f.sql(
+        "SELECT lease_expires_at - extract(epoch from clock_timestamp()) FROM runs "
+        "WHERE lease_owner IS NOT NULL"
+    )
+    assert len(left) == 2 and all(0 < s <= 30 for (s,) in left), left
+    ahead = f.worker("lw_pg52_skew2", "--once", faketime="+2h")
+    ahead.wait(timeout=PATIENCE)
+    assert f.said(ahead)["claimed"] == 0
+    f.lift("actor_hold")
+    f.until("every run accepted", lambda: f.all_accepted(2), *workers)
+    for w in workers:
+        w.wait(timeout=PATIENCE)
+        assert f.said(w)["ended"] == {"accepted": 1}
+    f.check(ids)
+
+
+def test_workers_killed_at_seeded_points_drain_the_queue(faults: Faults) -> None:
+    """Five workers drain the queue; at actor-call counts drawn by a seeded RNG one of them
+    (drawn too) is SIGKILLed and another started. Each task has one run, each run ends once
+    as an uninterrupted run does, each key is paid once. ``PG_DRAIN_RUNS`` for more (200)."""
+    f = faults
+    n = int(os.environ.get("PG_DRAIN_RUNS", "60"))
+    rng = random.Random(52)
+    ids = f.create(n)
+    calls = sorted(rng.sample(range(3 * n // 10, 3 * n * 8 // 10), 4))
+    workers = [
+        f.worker(f"lw_pg52_d{i}", "--lease-ttl", "2", "--concurrency", "4") for i in range(5)
+    ]
+    for k, at in enumerate(calls):
+        f.until(f"{at} actor calls", lambda at=at: len(f.lines("actors.log")) >= at, *workers)
+        i = rng.randrange(len(workers))
+        workers[i].kill()
+        workers[i].wait()
+        workers[i] = f.worker(f"lw_pg52_r{k}", "--lease-ttl", "2", "--concurrency", "4")
+    f.until(f"all {n} runs accepted", lambda: f.all_accepted(n), *workers)
+    f.stop(*workers)
+    assert Counter(r[0] for r in f.sql("SELECT task_key FROM runs")) == Counter(
+        f"t/{i}" for i in range(n)
+    )
+    f.check(ids)
