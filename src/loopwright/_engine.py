@@ -357,6 +357,8 @@ class Runtime(
         beat = asyncio.create_task(self._heartbeat(ex))
         self._active += 1
         self._driving[rec.run_id] += 1
+        unavailable: StoreUnavailableError | None = None
+        answered = False  # whether the store took the lease back (it answers again)
         try:
             started: dict[str, Any] = {"owner": self.owner}
             selfish = [c.name for c in loop.checks if loop.self_reviewing(c)]
@@ -377,12 +379,9 @@ class Runtime(
             raise  # a user mistake (e.g. resumed with the wrong loop): the run stays resumable
         except StoreUnavailableError as exc:
             # The store failed, not the run: nothing is marked failed (the write would fail too,
-            # or, after a dropped connection, end a healthy run). The run is as its last durable
-            # checkpoint has it; its lease expires and any worker, or `resume`, goes on.
-            raise StoreUnavailableError(
-                f"{exc} — run {rec.run_id} is left as its last checkpoint has it; resume it "
-                f"when the store is back (loopwright resume {rec.run_id})"
-            ) from exc
+            # or, after a dropped connection, end a healthy run). Judged below, once the lease
+            # is handed back.
+            unavailable = exc
         except Exception as exc:
             if ex.lost:
                 raise
@@ -408,10 +407,22 @@ class Runtime(
             if not ex.lost:
                 with contextlib.suppress(Exception):
                     self.store.release_lease(ex.run_id, ex.token)
+                    answered = True
             # (once its lease is handed back)
             self._driving[rec.run_id] -= 1
             if self._driving[rec.run_id] <= 0:
                 del self._driving[rec.run_id]
+        # A store failure leaves the run as its last durable checkpoint has it; its lease
+        # expires (or was handed back) and any worker, or `resume`, goes on. Unless the commit
+        # that failed ended (or parked) it, durable with its answer lost: then the run ended
+        # here and its result is returned (pg52: a worker counted it interrupted, "resume it",
+        # and never reported it ended). Asked only of a store that answered the release: one
+        # still down is not waited for twice.
+        if unavailable is not None and not (answered and self._ended_here(ex, rec)):
+            raise StoreUnavailableError(
+                f"{unavailable} — run {rec.run_id} is left as its last checkpoint has it; resume "
+                f"it when the store is back (loopwright resume {rec.run_id})"
+            ) from unavailable
         return self.result(rec.run_id)
 
     def resume_sync(self, run_id: str, loop: Loop) -> RunResult:
@@ -437,11 +448,36 @@ class Runtime(
         )
 
     # --- internals ----------------------------------------------------------------------
+    def _ended_here(self, ex: _Exec, started: RunRecord) -> bool:
+        """Whether a commit of ``ex`` (its answer lost: the connection dropped after the server
+        committed) ended or parked its run: the store holds the run so, under ``ex``'s own
+        lease (a claim since would have raised the token), at a checkpoint newer than the one
+        ``ex`` started from (a run resumed from ``awaiting_approval`` that failed before its
+        first commit is not "parked here"). A store still failing: no."""
+        try:
+            now = self.store.get_run(ex.run_id)
+        except Exception:
+            return False
+        return (
+            now.fencing_token == ex.token
+            and now.status not in ("pending", "running")
+            and now.last_seq > started.last_seq
+        )
+
     async def _heartbeat(self, ex: _Exec) -> None:
         while True:
             await asyncio.sleep(self.lease_ttl_s / 3)
             try:
-                self.store.renew_lease(ex.run_id, ex.token, self.lease_ttl_s)
+                # In a thread, not on the event loop: a renewal waiting on its run's row lock
+                # (another process inside a transaction on that run: a cancel, the dashboard,
+                # frozen up to the server's idle timeout) stalled every run of the process, so
+                # their leases ran out under a live worker and were taken over mid-cycle (pg52).
+                # One cancelled in flight may land after the release: it writes only the expiry
+                # of a lease whose owner is gone (claimable all the same) or, a token since
+                # taken over, nothing.
+                await asyncio.to_thread(
+                    self.store.renew_lease, ex.run_id, ex.token, self.lease_ttl_s
+                )
             except StaleLeaseError:
                 ex.lost = True
                 return
