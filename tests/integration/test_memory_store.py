@@ -4,6 +4,7 @@ test on SQLite and on PostgreSQL (``LOOPWRIGHT_TEST_PG``, a schema per test; see
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -848,3 +849,11 @@ def test_a_row_written_straight_into_the_store_with_a_held_out_marker_is_refused
     with pytest.raises(lw.ConfigError, match="held-out verdicts never enter memory"):
         store.memory_add(_item("m1", **{where: value}))
     assert store.memory_query() == []
+
+
+def test_a_negative_zero_strength_is_stored_as_zero(store: Store) -> None:
+    """``Store.memory_add`` given a strength of -0.0 kept it on PostgreSQL (SQLite reads it
+    back as 0.0): the resumed reflection and a model's prompt then said ``-0``."""
+    store.memory_add(_item("z", strength=-0.0))
+    [z] = store.memory_query(memory_id="z")
+    assert math.copysign(1.0, z["strength"]) == 1.0
