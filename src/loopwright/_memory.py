@@ -338,6 +338,24 @@ def held_out_in(item: MemoryItem) -> str | None:
     return None
 
 
+def screened_row(item: Mapping[str, Any]) -> dict[str, Any]:
+    """``item`` (``MemoryItem.to_dict()``'s keys) as a store keeps it: ``add``'s screens run
+    again in ``Store.memory_add``, which a caller may call straight, so no path into the store
+    keeps a secret (invariant 9: its text, rule and source masked) or a held-out marker
+    (invariant 3: ``ConfigError`` naming where). What ``add`` screened comes through as it is."""
+    row = dict(item)
+    text = row.get("text")
+    if isinstance(text, str):
+        row["text"] = redact_text(text)
+    for name in ("rule", "source"):
+        value = row.get(name)
+        if value is not None:
+            value = redact(value)
+            _no_held_out(value, name)
+            row[name] = value
+    return row
+
+
 class FeedbackMemory:
     """Scoped feedback memory over a store (SQLite or PostgreSQL).
 

@@ -68,7 +68,7 @@ KEY_HEADS = (
     *("sk_live_", "sk_test_", "rk_live_", "rk_test_", "sk-", "github_pat_", "xox", "akia"),
     *("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "asia", "aiza", "hf_", "glpat-", "gsk_", "xai-"),
     *("pplx-", "npm_", "pypi-age", "ya29.", "gocspx-", "xapp-", "dop_v1_", "shp", "r8_", "lw_"),
-    "sg.",
+    *("sg.", "nvapi-", "tvly-", "pcsk_", "whsec_"),
 )
 _TWILIO_HEADS = ("SK", "AC")
 _HEX = frozenset("0123456789abcdef")

@@ -4,7 +4,8 @@ and characters its provider documents, so a word that starts the same (``xai-bas
 (``npm_``), PyPI upload tokens (``pypi-`` and a macaroon: ``AgE`` is its first bytes), Google
 OAuth access tokens (``ya29.``) and client secrets (``GOCSPX-``), Slack app tokens
 (``xapp-``), DigitalOcean (``dop_v1_``), Shopify (``shpat_``, ``shpss_``, ``shpca_``,
-``shppa_``) and Replicate (``r8_``).
+``shppa_``) and Replicate (``r8_``); since stop 52 NVIDIA (``nvapi-``), Tavily (``tvly-``),
+Pinecone (``pcsk_``) and Stripe's webhook signing secrets (``whsec_``).
 
 A text reaches ``_SHAPES`` only past the pre-check (``_redact_shapes._triggered`` and
 ``_upper_triggered``). The keys whose body is lower-case hex (DigitalOcean, Shopify) are
@@ -24,6 +25,10 @@ PROVIDER_KEYS = (
     r"|dop_v1_[a-f0-9]{64}(?![A-Za-z0-9])"
     r"|shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}(?![A-Za-z0-9])"
     r"|r8_[A-Za-z0-9]{37}(?![A-Za-z0-9])"
+    r"|nvapi-[A-Za-z0-9_-]{64}(?![A-Za-z0-9_-])"
+    r"|tvly-(?:dev-|prod-)?+[A-Za-z0-9]{32}(?![A-Za-z0-9])"
+    r"|pcsk_[A-Za-z0-9]{4,8}_[A-Za-z0-9]{40,}"
+    r"|whsec_[A-Za-z0-9+/=]{32,}"
 )
 
 # The lower-case keys' prefixes, for ``_TRIGGERS`` (``shp`` and ``dop_v`` in its prefilter).
@@ -37,8 +42,16 @@ def mixed_case_key(s: str) -> bool:
     has none. Each test spelled out: a generator over the prefixes cost a fifth of the call
     (≈ 22 k instructions on a 663-character record, 18 k without; one regular expression of
     all the prefixes, a single scan, 54 k: its first characters are common letters)."""
-    if "_" in s and ("gsk_" in s or "npm_" in s or "r8_" in s):
+    if "_" in s and ("gsk_" in s or "npm_" in s or "r8_" in s or "pcsk_" in s or "whsec_" in s):
         return True
-    if "-" in s and ("xai-" in s or "pplx-" in s or "pypi-" in s or "GOCSPX-" in s or "xapp-" in s):
+    if "-" in s and (
+        "xai-" in s
+        or "pplx-" in s
+        or "pypi-" in s
+        or "GOCSPX-" in s
+        or "xapp-" in s
+        or "nvapi-" in s
+        or "tvly-" in s
+    ):
         return True
     return "." in s and "ya29." in s

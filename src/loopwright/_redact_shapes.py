@@ -45,7 +45,9 @@ def _value(bare: str) -> str:
 # one before ``n`` is a line break escaped twice (JSON in a JSON string), and ends the value
 # before it, where the value ended between the two backslashes and the masked text read one
 # level less escaped (``\\n`` became ``\n``: the inner JSON held a raw line break, unreadable).
-_BARE = r"(?:[^\s,;&\"'}\\]++|\\\\(?![nrt])|\\(?![\"'nrt\\]))++"
+# A ``:`` before a space or a line break (raw or escaped) ends it: the sentence's, not the
+# value's (``password=hunter2: connection refused`` kept its ``:``, as ``query`` does).
+_BARE = r"(?:[^\s,;&\"'}\\:]++|:(?!\s|\\[nrt])|\\\\(?![nrt])|\\(?![\"'nrt\\]))++"
 
 # Where a key's shape may start: at a word's start, or right after an escaped line break or tab
 # (``'…\nsk-…'``: the ``n`` of the escape is a word character, so ``\b`` is not there and a key

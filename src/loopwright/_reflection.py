@@ -18,9 +18,11 @@ import time
 from typing import Any
 
 from . import _decide as rules
+from ._actor_context import _shown
 from ._calls import call_user, hook_timeout
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
+from ._memory import MemoryItem
 from ._modelcalls import clip_masked
 from ._proposal import Verdict
 from ._redact import redact_text
@@ -164,10 +166,14 @@ class Reflection(RuntimeHost):
             return False
         state = before.task_state()
         ids = [str(m) for m in record.get("memory") or ()]
-        shown = tuple(
-            {k: row[k] for k in ("memory_id", "scope", "signal", "strength", "text", "rule")}
-            for mid in ids
-            for row in self.store.memory_query(memory_id=mid)
+        # as the cycle's recall showed them (``_shown``): a strength PostgreSQL kept as -0.0
+        # (a row written before ``add`` made it 0.0) was shown to the reflector as -0
+        shown = _shown(
+            [
+                MemoryItem.from_dict(row)
+                for mid in ids
+                for row in self.store.memory_query(memory_id=mid)
+            ]
         )
         ex.last_context = self._context(
             ex, s.cycle, shown, rules.remaining(ex.contract, state, shown=True), state=state

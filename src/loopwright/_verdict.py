@@ -59,8 +59,8 @@ class Verdict:
         ):
             self._check_shapes()
         s = self.score
-        if s is not None and not (type(s) is float and 0.0 <= s <= 1.0):
-            self._check_score(s)
+        if s is not None and not (type(s) is float and 0.0 < s <= 1.0):
+            self._check_score(s)  # (0.0 too: a -0.0 is made 0.0 there)
 
     def _check_score(self, s: Any) -> None:
         """A score in [0, 1], past a float sum's rounding: ``0.1 * 3 + 0.7`` is
@@ -70,6 +70,9 @@ class Verdict:
         if not isinstance(s, int | float) or isinstance(s, bool) or math.isnan(s):
             ok = False
         elif 0.0 <= s <= 1.0:
+            if s == 0 and isinstance(s, float):
+                # -0.0: recorded and shown as "-0.00" (``show``), where 0.0 is meant
+                object.__setattr__(self, "score", 0.0)
             return  # an int 0 or 1, or a float subclass
         else:
             ok = -slack <= s <= 1.0 + slack

@@ -282,3 +282,40 @@ def test_fit_stop_says_what_it_wrote_on_one_line_as_named(
     lines = capsys.readouterr().out.splitlines()
     assert f"wrote report to {out}" in lines
     assert out.is_file()
+
+
+def test_fit_stop_given_a_generator_holds_what_the_cli_holds(
+    fit_on_the_list: FitResult, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stop 52: the Python API read a generator of runs into a list (every run's cycles at
+    once, growing with the runs) where ``fit-stop`` spilled them: it now spills an iterator
+    too (past ``HELD_CYCLES``; 0 here: every run in the file), with the same fit."""
+    monkeypatch.setattr(spill, "HELD_CYCLES", 0, raising=False)
+    spy = _Spy()
+    monkeypatch.setattr(fit_score, "simulate", spy)
+    monkeypatch.setattr(fit_mod, "simulate", spy)
+    got = fit_stop((_run(i, 30 + 7 * i) for i in range(9)), folds=3)
+    assert spy.runs >= 9
+    assert spy.most == 1, f"{spy.most} runs held at once while judging one"
+    assert got.to_toml() == fit_on_the_list.to_toml()
+    assert _report(got.report()) == _report(fit_on_the_list.report())
+
+
+def test_fit_stop_refuses_a_generators_bad_item_and_leaves_no_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[spill.SpilledRuns] = []
+    real = spill.SpilledRuns.__init__
+
+    def kept(self: spill.SpilledRuns, *a: Any, **kw: Any) -> None:
+        made.append(self)
+        real(self, *a, **kw)
+
+    monkeypatch.setattr(spill.SpilledRuns, "__init__", kept)
+    monkeypatch.setattr(spill, "HELD_CYCLES", 0, raising=False)
+    with pytest.raises(ConfigError, match="item 2 is a str, not a RunTrace"):
+        fit_stop(x for x in [_run(0, 3), _run(1, 3), "r2"])  # type: ignore[misc]
+    runs = (_run(i, 30 + 7 * i) for i in range(9))
+    assert [m._fh for m in made] == [None]  # (the refused read's file closed at once)
+    fit_stop(runs, folds=3, grid=Grid(cost_quantiles=(), marginal_multiples=()))
+    assert len(made) == 2 and made[1]._closed and made[1]._fh is None  # closed when it ended

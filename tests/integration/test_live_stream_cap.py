@@ -107,3 +107,29 @@ def test_one_person_holds_at_most_their_share_of_the_streams(tmp_path: Path) -> 
         finally:
             for c, _ in opened:
                 c.close()
+
+
+def test_readers_not_signed_in_hold_one_persons_share_together(tmp_path: Path) -> None:
+    """stop 52: in a store without users read on loopback (no token needed), the readers not
+    signed in were counted in ``max_streams`` only, so a local script could hold every stream
+    and the operator's signed-in page got none. Together they hold one person's share now."""
+    live = _live()
+    store = str(tmp_path / "live.db")
+    open_store(store).close()
+    app = create_app(store, token=TOKEN, max_streams=10, max_streams_per_person=2)
+    operator = {"Authorization": f"Bearer {TOKEN}"}
+    with live.served(app) as port:
+        opened = [_open(port) for _ in range(2)]
+        try:
+            assert [r.status for _, r in opened] == [200, 200]
+            conn, resp = _open(port)
+            assert resp.status == 503 and resp.headers["Retry-After"].isdigit()
+            assert "not signed in" in json.loads(resp.read())["detail"]
+            conn.close()
+            for _ in range(3):  # the operator (not counted per person) still gets theirs
+                opened.append(_open_as(port, operator))
+                assert opened[-1][1].status == 200
+            assert app.state.messages.streams == 5
+        finally:
+            for c, _ in opened:
+                c.close()

@@ -6,11 +6,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import loopwright as lw
+from loopwright.store._rows import memory_values
+from loopwright.store._sql import MEMORY_COLS
 
 MARK = "HELD-OUT-SECRET"
 TARGET = {"a": 1, "b": 2}
@@ -429,10 +433,10 @@ def test_the_largest_recall_cap_is_taken_by_the_store() -> None:
 
 
 def test_an_item_marked_held_out_in_the_store_is_not_recalled_to_the_actor(
-    rt: lw.Runtime, caplog: pytest.LogCaptureFixture
+    rt: lw.Runtime, store_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``add`` refuses a rule or source holding a held-out marker at any depth; a row written
-    before that screen (or straight into the store) was recalled to the actor as it was. The
+    """``add`` (and ``Store.memory_add``) refuse a rule or source holding a held-out marker at
+    any depth; a row written before that screen was recalled to the actor as it was. The
     screen is walked again at recall: such an item is left out, with a warning."""
     kept = rt.memory.add(
         scope="project", scope_key="A", signal="correction", text="amounts in EUR", by="ana"
@@ -446,7 +450,11 @@ def test_an_item_marked_held_out_in_the_store_is_not_recalled_to_the_actor(
         old = dataclasses.replace(
             kept, memory_id=f"oldrow{i:010d}", text=f"an older rule {i}", **{part: marked}
         )
-        rt.store.memory_add(old.to_dict())  # as a Python caller could before the screen
+        with sqlite3.connect(store_path) as db:  # a row written before the screens
+            db.execute(
+                f"INSERT INTO memory({MEMORY_COLS}) VALUES({','.join('?' * 13)})",
+                memory_values(old.to_dict(), json.dumps),
+            )
     actor = Recorder()
     with caplog.at_level("WARNING", logger="loopwright.memory"):
         rt.run_sync(make_loop(actor), task("a-1", "A"))

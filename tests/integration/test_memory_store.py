@@ -4,6 +4,7 @@ test on SQLite and on PostgreSQL (``LOOPWRIGHT_TEST_PG``, a schema per test; see
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -808,3 +809,51 @@ def test_the_adder_check_reads_the_row_the_confirm_changes(
     [row] = store.memory_query(memory_id="g")
     assert row["status"] == "candidate" and row["history"] == []
     assert FeedbackMemory(store).confirm("g", by="bob").status == "active"  # another person
+
+
+_KEY = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0" * 2
+
+
+def test_a_row_written_straight_into_the_store_keeps_no_secret(store: Store) -> None:
+    """``FeedbackMemory.add`` masks secrets; ``Store.memory_add`` called straight kept a key
+    in the text, rule and source as given (invariant 9), and a recall handed it on."""
+    store.memory_add(
+        _item(
+            "m1",
+            text=f"call it with {_KEY} please",
+            rule={"api_key": "hunter2-long-enough", "nested": [f"Bearer {_KEY}"]},
+            source={"run_id": "r1", "url": "https://bob:pa55w0rd@example.com/x"},
+        )
+    )
+    [m1] = store.memory_query(memory_id="m1")
+    stored = repr(m1)
+    for secret in (_KEY, "hunter2-long-enough", "pa55w0rd"):
+        assert secret not in stored
+    assert m1["text"].startswith("call it with ") and m1["text"].endswith(" please")
+    found = FeedbackMemory(store).retrieve(task_key="t", project="A", query="call")
+    assert [m.memory_id for m in found] == ["m1"] and _KEY not in repr(found)
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        ("rule", {"verdicts": [{"name": "audit", "held_out": True}]}),
+        ("source", {"run_id": "r1", "checks": {"Held-Out": ["x"]}}),
+    ],
+)
+def test_a_row_written_straight_into_the_store_with_a_held_out_marker_is_refused(
+    store: Store, where: str, value: dict[str, Any]
+) -> None:
+    """The held-out screen ran in ``FeedbackMemory.add`` only: ``Store.memory_add`` kept a
+    marked row, which ``retrieve`` then returned (invariant 3)."""
+    with pytest.raises(lw.ConfigError, match="held-out verdicts never enter memory"):
+        store.memory_add(_item("m1", **{where: value}))
+    assert store.memory_query() == []
+
+
+def test_a_negative_zero_strength_is_stored_as_zero(store: Store) -> None:
+    """``Store.memory_add`` given a strength of -0.0 kept it on PostgreSQL (SQLite reads it
+    back as 0.0): the resumed reflection and a model's prompt then said ``-0``."""
+    store.memory_add(_item("z", strength=-0.0))
+    [z] = store.memory_query(memory_id="z")
+    assert math.copysign(1.0, z["strength"]) == 1.0

@@ -330,3 +330,58 @@ def test_a_run_without_marks_is_read_from_its_events(tmp_path: Path) -> None:
         reflected = sorted(e.cycle for e in rt.store.events(rec.run_id) if e.kind == "reflected")
     assert [c["cycle"] for c in calls] == [1, 2, 3, 4, 5]
     assert reflected == [1, 2, 3, 4, 5]
+
+
+def test_a_resumed_reflection_is_shown_the_memory_as_the_actor_was(tmp_path: Path) -> None:
+    """A reflection owed on resume rebuilds the cycle's context from the store's rows as they
+    were read: a strength PostgreSQL kept as ``-0.0`` (written before ``add`` made it 0.0) was
+    shown to the reflector as ``-0`` where the cycle's actor, and an uninterrupted run's
+    reflector, were shown ``0``. (SQLite reads -0.0 back as 0.0: the read is made to say -0.0
+    here as PostgreSQL's does.)"""
+
+    def strengths(calls: list[str]) -> Any:
+        def reflector(ctx: lw.Context, verdicts: Any) -> str:
+            calls.append(" ".join(f"{m['strength']:g}" for m in ctx.memory))
+            return f"note {ctx.cycle}"
+
+        return reflector
+
+    def loop(calls: list[str]) -> lw.Loop:
+        return lw.Loop(
+            name="zero",
+            actor=actor,
+            verifiers=[lw.Check(fn=check, name="check")],
+            reflector=strengths(calls),
+            reflections_kept=1,
+            contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+        )
+
+    def add_zero(rt: lw.Runtime) -> None:
+        rt.memory.add(
+            scope="task", scope_key="k", signal="edit", text="zero weight", by="ann", strength=0.0
+        )
+
+    ref: list[str] = []
+    with lw.Runtime(tmp_path / "ref.db") as rt:
+        add_zero(rt)
+        rt.run_sync(loop(ref), TASK, task_key="k")
+    assert ref and all("0" in c.split() for c in ref)  # the actor's item, shown as 0
+
+    calls: list[str] = []
+    db = tmp_path / "s.db"
+    with lw.Runtime(db) as rt:
+        add_zero(rt)
+        rt._on_phase = phase_hook(("after_checkpoint", 3))  # cycle 2 committed, not reflected
+        with pytest.raises(Crash):
+            rt.run_sync(loop(calls), TASK, task_key="k")
+    with lw.Runtime(db) as rt:
+        query = rt.store.memory_query
+
+        def as_postgres_reads(**kw: Any) -> list[dict[str, Any]]:
+            rows = query(**kw)
+            return [{**r, "strength": -0.0} if r["strength"] == 0 else r for r in rows]
+
+        rt.store.memory_query = as_postgres_reads  # type: ignore[method-assign]
+        [rec] = rt.store.list_runs()
+        rt.resume_sync(rec.run_id, loop(calls))
+    assert calls == ref

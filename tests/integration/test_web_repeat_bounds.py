@@ -158,3 +158,24 @@ def test_a_form_refused_for_room_gets_a_page_saying_so(people: tuple[ModuleType,
     )
     assert r.status_code == 503 and r.headers["retry-after"] == "30"
     assert "text/html" in r.headers["content-type"] and "Busy: try again later" in r.text
+
+
+def test_a_request_of_a_session_a_newer_sign_in_ended_is_told_why(
+    people: tuple[ModuleType, str],
+) -> None:
+    """Only ``/login`` said why: an API read, the live stream or a form's post with the ended
+    session's cookie was answered "token required", as if it never signed in."""
+    p, store = people
+    app = create_app(store, token=p.SERVER_TOKEN, identity="server")
+    first = TestClient(app, base_url=p.LOCAL)
+    assert first.post("/login", data={"token": p.TOKENS["ana"]}).status_code == 200
+    for _ in range(32):
+        b = TestClient(app, base_url=p.LOCAL)
+        assert b.post("/login", data={"token": p.TOKENS["ana"]}).status_code == 200
+    for method, path in (("GET", "/api/runs"), ("GET", "/api/events"), ("POST", "/runs/r/cancel")):
+        r = first.request(method, path, follow_redirects=False)
+        assert r.status_code == 401, (method, path)
+        assert "signed out: too many sessions" in r.json()["detail"], (method, path)
+    assert "signed out: too many sessions" in first.get("/login").text  # still said there, once
+    assert first.get("/api/runs").json()["detail"] == "token required"
+    assert TestClient(app, base_url=p.LOCAL).get("/api/runs").json()["detail"] == "token required"

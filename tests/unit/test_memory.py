@@ -659,3 +659,12 @@ def test_cli_prints_a_negative_zero_strength_as_zero(
     assert '"strength": 0.0' in out and "-0.0" not in out
     code, out, _ = _cli(capsys, db, "list")
     assert "strength 0.00" in out and "-0.00" not in out
+
+
+def test_a_models_prompt_never_says_minus_zero_for_a_strength() -> None:
+    """``Context.memory`` is a person's or a resumed run's dicts: a strength of -0.0 (a
+    PostgreSQL row written before ``add`` made it 0.0) was rendered ``strength -0``."""
+    from loopwright.adapters._prompt import _memory_item
+
+    line = _memory_item({"scope": "task", "signal": "edit", "strength": -0.0, "text": "x"})
+    assert "strength 0]" in line and "-0" not in line

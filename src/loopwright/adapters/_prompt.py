@@ -119,7 +119,7 @@ def _memory_item(item: Mapping[str, Any]) -> str:
     label = " ".join(str(item[k]) for k in ("scope", "signal") if item.get(k))
     strength = item.get("strength")
     if isinstance(strength, int | float):
-        label += f", strength {strength:g}"
+        label += f", strength {strength + 0:g}"  # (a -0.0: "0", not "-0")
     text = str(item.get("text") or "")
     if item.get("rule"):
         text += (" " if text else "") + "rule: " + _json(item["rule"], indent=None)

@@ -63,11 +63,11 @@ from ._fit_score import (
     _select,
 )
 from ._fit_toml import check_plot, plot_frontier
-from ._format import RunTrace, given_traces
+from ._format import RunTrace
 from ._hazard import HazardTable, fit_hazard
 from ._report import recorded_outcomes
 from ._simulate import Outcome, simulate
-from ._spill import SpilledRuns
+from ._spill import SpilledRuns, runs_to_fit
 
 __all__ = [
     "FIT_FORMAT",
@@ -410,21 +410,50 @@ def fit_stop(
             (the last judged candidate's).
     """
     t0 = time.perf_counter()
-    # The runs are read three times, each time in order (a ``SpilledRuns`` one at a time): their
-    # figures and reference outcomes, the hazard tables, then every candidate judged on each.
-    runs: SpilledRuns | list[RunTrace] = (
-        traces if isinstance(traces, SpilledRuns) else given_traces(traces)
-    )
     if base is not None and not isinstance(base, Contract):
         raise ConfigError(f"must be a Contract, got {type(base).__name__}", field="base")
-    if not len(runs):
-        raise ConfigError("no runs to fit on", field="SOURCE")
     if base is not None:
         base = base.with_default_ceiling()  # replayed as a run is given it, as replay() does
     if isinstance(keep, bool) or not isinstance(keep, int | float) or not 0 < keep <= 1:
         raise ConfigError(f"must be within (0, 1], got {keep!r}", field="--keep")
     check_objective(optimise, keep_by, choose)
-    grid = grid or Grid()
+    # The runs are read three times, each time in order (a ``SpilledRuns`` one at a time): their
+    # figures and reference outcomes, the hazard tables, then every candidate judged on each.
+    # A list is read as it is; an iterator (a generator, ``traces_from_store``) is spilled as
+    # the CLI's runs are, so the fit holds at most ``HELD_CYCLES`` of its cycles at once.
+    with runs_to_fit(traces) as runs:
+        if not len(runs):
+            raise ConfigError("no runs to fit on", field="SOURCE")
+        return _fit(
+            runs,
+            base,
+            grid or Grid(),
+            keep=keep,
+            folds=folds,
+            seed=seed,
+            progress=progress,
+            optimise=optimise,
+            choose=choose,
+            keep_by=keep_by,
+            t0=t0,
+        )
+
+
+def _fit(
+    runs: SpilledRuns | list[RunTrace],
+    base: Contract | None,
+    grid: Grid,
+    *,
+    keep: float,
+    folds: int,
+    seed: int,
+    progress: Progress | None,
+    optimise: str,
+    choose: str,
+    keep_by: str,
+    t0: float,
+) -> FitResult:
+    """``fit_stop`` on its runs, checked, read again as often as asked."""
     facts, ref = _read_facts(runs, base)
     fold_of = split_folds(facts, folds, seed)
     k = folds

@@ -78,23 +78,25 @@ __all__ = [
 TRACE_FORMAT = "loopwright.run-trace/1"
 
 
-def given_traces(traces: Iterable[RunTrace], *, field: str = "traces") -> list[RunTrace]:
-    """The recorded runs given to ``fit_stop``, as a list (an iterator such as
-    ``traces_from_store``'s is read once: a fit reads the runs three times, and a second pass
-    over a spent iterator would judge on no runs), each a ``RunTrace``; anything else a
-    ``ConfigError`` naming ``field``, not an ``AttributeError`` from the simulation. ``replay``
-    reads its runs once, one at a time, and checks each so as it comes."""
+def given_runs(traces: Iterable[RunTrace], *, field: str = "traces") -> Iterator[RunTrace]:
+    """The recorded runs given to ``fit_stop`` or ``replay``, one at a time: what is not runs
+    at all is refused at once, an item that is not a ``RunTrace`` when it is reached (before it
+    is judged), each a ``ConfigError`` naming ``field``, not an ``AttributeError`` from the
+    simulation."""
     if isinstance(traces, str | bytes | Mapping) or not isinstance(traces, Iterable):
         raise ConfigError(
             f"must be recorded runs (RunTrace, from load_source or traces_from_store), "
             f"got {type(traces).__name__}",
             field=field,
         )
-    out = list(traces)
-    for i, t in enumerate(out):
-        if not isinstance(t, RunTrace):
-            raise ConfigError(f"item {i} is a {type(t).__name__}, not a RunTrace", field=field)
-    return out
+
+    def each() -> Iterator[RunTrace]:
+        for i, t in enumerate(traces):
+            if not isinstance(t, RunTrace):
+                raise ConfigError(f"item {i} is a {type(t).__name__}, not a RunTrace", field=field)
+            yield t
+
+    return each()
 
 
 def added_up(amounts: Iterable[float]) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,7 @@ from .._contract import Contract, refuse_engine_marks
 from .._errors import ConfigError
 from .._inherited import Inherited
 from .._spec import _TOP as _SPEC_KEYS
-from ._format import RunTrace, added_up, given_traces
+from ._format import RunTrace, added_up, given_runs
 from ._simulate import Outcome, simulate
 
 __all__ = ["Report", "Totals", "load_contract", "recorded_outcomes", "replay", "summarize"]
@@ -168,7 +168,7 @@ def replay(traces: Iterable[RunTrace], contracts: Mapping[str, Contract]) -> Rep
     read: of an iterator (``iter_source``), one run's cycles are held at a time, and the
     outcomes (a few figures a run) are what grows with the runs (stop 50: every run's trace
     was held first)."""
-    runs = _given_runs(traces)
+    runs = given_runs(traces)
     if not isinstance(contracts, Mapping):
         raise ConfigError(
             f"must map names to Contracts, got {type(contracts).__name__}", field="contracts"
@@ -189,23 +189,6 @@ def replay(traces: Iterable[RunTrace], contracts: Mapping[str, Contract]) -> Rep
             outs[name].append(simulate(t, contract))
     rows = [(summarize(name, o, recorded), o) for name, o in outs.items()]
     return Report(summarize("recorded", recorded, recorded), rows)
-
-
-def _given_runs(traces: Iterable[RunTrace]) -> Iterator[RunTrace]:
-    """``given_traces`` one run at a time: what is not runs at all is refused at once, an
-    item that is not a ``RunTrace`` when it is reached (before it is judged)."""
-    if isinstance(traces, str | bytes | Mapping) or not isinstance(traces, Iterable):
-        given_traces(traces)  # (its refusal)
-
-    def each() -> Iterator[RunTrace]:
-        for i, t in enumerate(traces):
-            if not isinstance(t, RunTrace):
-                raise ConfigError(
-                    f"item {i} is a {type(t).__name__}, not a RunTrace", field="traces"
-                )
-            yield t
-
-    return each()
 
 
 def load_contract(path: str | Path, *, keep_risk: bool = False) -> Contract:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import pickle
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import fields
 from typing import IO, Any
 
 from .._errors import ConfigError
-from ._format import Call, CycleTrace, RunTrace
+from ._format import Call, CycleTrace, RunTrace, given_runs
 
-__all__ = ["SpilledRuns"]
+__all__ = ["SpilledRuns", "runs_to_fit"]
 
 
 def _cycle(c: CycleTrace) -> tuple[type[CycleTrace], tuple[Any, ...]]:
@@ -137,3 +138,18 @@ class SpilledRuns:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextmanager
+def runs_to_fit(traces: Iterable[RunTrace]) -> Iterator[SpilledRuns | list[RunTrace]]:
+    """``fit_stop``'s runs, to be read as often as it asks: a list or tuple as it is (held
+    already), a ``SpilledRuns`` as it is (its maker closes it), and any other iterable (a
+    generator, ``traces_from_store``) read once into a ``SpilledRuns``, closed on leaving: the
+    Python API then holds what ``fit-stop`` does, not every run's cycles (stop 52)."""
+    if isinstance(traces, SpilledRuns):
+        yield traces
+    elif isinstance(traces, list | tuple):
+        yield list(given_runs(traces))
+    else:
+        with SpilledRuns(given_runs(traces)) as runs:
+            yield runs

@@ -17,7 +17,8 @@ class MemoryStore(ABC):
 
     # --- feedback memory (``loopwright._memory``) ---------------------------------------
     # Not fenced by a run lease: people write memory too. Items are plain dicts with the keys
-    # of ``MemoryItem.to_dict()``; validation is ``FeedbackMemory``'s job.
+    # of ``MemoryItem.to_dict()``; validation is ``FeedbackMemory``'s job, but ``memory_add``
+    # masks secrets and refuses held-out markers itself (``_memory.screened_row``).
     @abstractmethod
     def memory_add(self, item: Mapping[str, Any]) -> None:
         """Insert one memory item. ``ConflictError`` when its ``memory_id`` exists already."""

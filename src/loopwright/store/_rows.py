@@ -193,7 +193,7 @@ def memory_values(item: Mapping[str, Any], js: Callable[[Any], Any]) -> tuple[An
             item["scope"],
             item.get("scope_key") or "",
             item["signal"],
-            float(item["strength"]),
+            float(item["strength"]) + 0.0,  # -0.0 is 0.0 (PostgreSQL would keep the sign)
             item["text"],
             None if rule is None else js(rule),
             js(dict(item.get("source") or {})),

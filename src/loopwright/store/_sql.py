@@ -27,7 +27,7 @@ from .._errors import (
     NotPermittedError,
     StoreError,
 )
-from .._memory import MemoryNotFoundError
+from .._memory import MemoryNotFoundError, screened_row
 from .._owners import owner_is_dead
 from ._people import person_key
 from ._records import MemoryFound, MemoryRecall, MemorySearch
@@ -129,7 +129,7 @@ class SQLStore(RunsSQL, CommitSQL, ReadsSQL, JournalSQL, ApprovalsSQL, Migration
     are told by the database)."""
 
     def memory_add(self, item: Mapping[str, Any]) -> None:
-        values = memory_values(item, self._js)
+        values = memory_values(screened_row(item), self._js)  # (a caller may come straight here)
         with self._tx() as conn:
             self._memory_writes += 1  # (under the store's lock, before the recall it holds)
             try:

@@ -161,6 +161,16 @@ class Auth:
         with self._lock:
             return self._ended.pop(sid, "")
 
+    def refusal(self, request: Request) -> str:
+        """What a request refused for want of a sign-in is told: why the server ended its
+        session (``why_ended``, left for the sign-in page to say too), else "token required".
+        Only ``/login`` said why: a script or a page's own request with the session's cookie
+        read "token required", as if it never had one."""
+        sid = request.cookies.get(COOKIE, "")
+        with self._lock:
+            why = self._ended.get(sid, "") if sid else ""
+        return why or "token required"
+
     def end_session(self, request: Request) -> None:
         sid = request.cookies.get(COOKIE, "")
         with self._lock:

@@ -113,7 +113,7 @@ def install_guard(app: FastAPI, auth: Auth) -> None:
                 who,
             )
             response = JSONResponse(
-                {"detail": "token required"},
+                {"detail": auth.refusal(request)},
                 status_code=401,
                 headers={"WWW-Authenticate": "Bearer"},
             )
@@ -123,7 +123,7 @@ def install_guard(app: FastAPI, auth: Auth) -> None:
             and not auth.signed_in(request)
         ):
             if path.startswith(("/api", "/docs", "/openapi", "/redoc")):
-                response = JSONResponse({"detail": "token required"}, status_code=401)
+                response = JSONResponse({"detail": auth.refusal(request)}, status_code=401)
             else:
                 # The query too: a notification's link (/approvals?q=ID) survives signing in.
                 target = path + (f"?{request.url.query}" if request.url.query else "")

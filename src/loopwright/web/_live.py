@@ -28,7 +28,14 @@ from ._feed import Change, Feed
 from ._notify import Notifier, NotifyConfig
 from ._views import run_summary
 
-__all__ = ["MAX_STREAMS_PER_PERSON", "Messages", "approval_brief", "install_live", "sse_message"]
+__all__ = [
+    "ANONYMOUS",
+    "MAX_STREAMS_PER_PERSON",
+    "Messages",
+    "approval_brief",
+    "install_live",
+    "sse_message",
+]
 
 TICK_S = 0.25  # how often a stream looks at the feed's kept changes (in memory, no store read)
 KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing an idle stream
@@ -44,8 +51,11 @@ MAX_STREAMS_PER_PERSON = 20
 """Event streams one signed-in person (in a store with users) holds at once
 (``create_app(max_streams_per_person=)``): one person's browser tabs, but not every stream the
 server keeps. Where the store has no users, the one token is the operator's, who may do
-anything: not counted. A reader who is not signed in (loopback, no token needed) is counted in
-``max_streams`` only: there is nobody to count them under."""
+anything: not counted. Readers who are not signed in (a store without users read on loopback,
+no token needed) hold this many together (``ANONYMOUS``): counted in ``max_streams`` only, a
+local script holding every stream left the operator's signed-in page none (stop 52)."""
+ANONYMOUS = "\x00not signed in"
+"""The readers not signed in, counted as one person (no user's name holds a NUL)."""
 RETRY_AFTER_S = 10
 
 
@@ -108,6 +118,11 @@ class Messages:
                 )
             if person is not None:
                 if self._mine.get(person, 0) >= self.per_person:
+                    if person == ANONYMOUS:
+                        return (
+                            f"{self.per_person} event streams are open to readers who are not "
+                            "signed in, the most they keep together: sign in, or try again later"
+                        )
                     return (
                         f"you have {self.per_person} event streams open, the most one reader "
                         "keeps: close a tab, or try again later"
@@ -211,9 +226,12 @@ def install_live(
         # room), and out when the answer ends, however it ends (_Counted).
         # Counted per person too: one token (a viewer's) held every stream the
         # server keeps, and no one else's page could follow the store.
-        # (A store without users has one operator, whose token may do anything: not counted.)
+        # (A store without users has one operator, whose token may do anything: not counted;
+        # the readers who are not signed in are counted together, as one person: ANONYMOUS.)
         def reader() -> str | None:  # (store reads: in a thread, not on the event loop)
-            return auth.who(request) if auth.users_mode and auth.signed_in(request) else None
+            if not auth.signed_in(request):
+                return ANONYMOUS
+            return auth.who(request) if auth.users_mode else None
 
         person = await run_in_threadpool(reader)
         why = messages.stream_opened(person)
