@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 
 from .test_bad_inputs import lw, spec, task_file
+from .test_cli_first_steps import STUCK_CHECK
 
 MODULE = """
 import os, pathlib, signal
@@ -85,3 +86,19 @@ def test_an_interrupted_runs_message_names_the_store(tmp_path: Path) -> None:
     assert go_on == ["loopwright", "resume", "--all", "--store", "s.db"], go_on
     resumed = lw(*go_on[1:], cwd=tmp_path)
     assert resumed.returncode == 4 and "awaiting_approval" in resumed.stdout, resumed.stderr
+
+
+def test_the_second_ctrl_c_at_a_stuck_check_names_the_store(tmp_path: Path) -> None:
+    """The press that says user code holds the run names `loopwright resume RUN` too."""
+    (tmp_path / "stuck.py").write_text(STUCK_CHECK)
+    (tmp_path / "loop.toml").write_text(
+        "name = 'stuck'\n[actor]\nref = 'stuck.py:actor'\n[[verifiers]]\nref = 'stuck.py:check'\n"
+        "[contract.budget]\nmax_cycles = 4\n"
+    )
+    (tmp_path / "t.json").write_text('{"artifacts": {"doc": {"n": 0}}}')
+    args = ("run", "loop.toml", "--task", "t.json", "--task-key", "k", "--store", "s.db")
+    r = lw(*args, cwd=tmp_path)
+    assert r.returncode == 130, (r.stdout[-2000:], r.stderr)
+    hint = r.stderr.splitlines()[0]
+    assert hint.startswith("loopwright: still waiting for user code to return"), r.stderr
+    assert hint.endswith("with `loopwright resume RUN --store s.db`"), hint
