@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from . import _decide as rules
 from ._call_billing import settle_owed
 from ._contract import TERMINAL_STATUSES, status_for
+from ._exec import NO_LOOP
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._memory import FeedbackMemory
@@ -111,6 +112,8 @@ class Finishing(RuntimeHost):
                 evidence=evidence,
                 held_out=held_out or last_verdicts,
                 unverified=unverified,
+                # (a loop built in Python: `loopwright resume` has no spec to load it from)
+                from_python=ex.loop is not NO_LOOP and ex.loop.spec_ref is None,
             )
         ex.state.next_action = (
             "" if status == "accepted" else (packet or {}).get("recommended_action", "")

@@ -426,6 +426,20 @@ def waiting_compensations(state: TaskState, run_id: str) -> str | None:
     )
 
 
+def in_python(advice: str, run: str) -> str:
+    """``advice`` for a run started from Python, whose every resume is ``Runtime.resume``:
+    `loopwright resume` refuses it, having no spec to load its loop from ("started from
+    Python, not from a spec file"), and the packet named it all the same (newuser52). The
+    other commands it names (`show`, `rollback`, `edit`, `fork`) read and write the store and
+    work on such a run as they are."""
+    return advice.replace(
+        f"`loopwright resume {run}`", f"`Runtime.resume({run!r}, loop)` in Python"
+    ).replace(
+        "then `loopwright resume` the new run",
+        "then `Runtime.resume(NEW_RUN, loop)` in Python",
+    )
+
+
 def build_packet(
     reason: str,
     state: TaskState,
@@ -437,8 +451,10 @@ def build_packet(
     evidence: dict[str, Any] | None = None,
     held_out: dict[str, Any] | None = None,
     unverified: dict[str, Any] | None = None,
+    from_python: bool = False,
 ) -> dict[str, Any]:
-    """The escalation packet for a run that ends without being accepted."""
+    """The escalation packet for a run that ends without being accepted. ``from_python``: the
+    run's loop was built in Python, not loaded from a spec (its advice resumes it there)."""
     esc = contract.escalation
     # The contract's own action comes first; the reason-specific advice follows it.
     at_default = at_default_ceiling(contract, state.task)
@@ -466,6 +482,8 @@ def build_packet(
             f"{state.cycle} --by NAME`, then `loopwright resume {run_id[:12]}`."
         )
     waiting = waiting_compensations(state, run_id) if reason == "cancelled" else None
+    if waiting and from_python:  # (as the advice holds it: a resume takes it out again)
+        waiting = in_python(waiting, run_id[:12])
     if waiting:
         builtin = f"{waiting} {builtin}"
     advice = f"{esc.recommended_action} {builtin}" if esc.recommended_action else builtin
@@ -484,6 +502,8 @@ def build_packet(
             f"`loopwright rollback {run_id[:12]} --to-cycle {state.cycle} --by NAME`, then "
             f"`loopwright resume {run_id[:12]}`."
         )
+    if from_python:
+        advice = in_python(advice, run_id[:12])
     return {
         "stop_reason": reason,
         "summary": explain(

@@ -270,9 +270,10 @@ def test_ctrl_c_during_a_ray_batch_says_whether_runs_were_left(
     code = main([*args, "--executor", "ray", "--store", str(project / "s.db")])
     assert code == 130
     err = capsys.readouterr().err
-    assert ("`loopwright resume RUN` continues it" in err) is created, err
+    at = f" --store {project / 's.db'}"  # the store it was given, named (newuser52)
+    assert (f"`loopwright resume RUN{at}` continues it" in err) is created, err
     # a batch leaves many runs: the one command that continues them all is named too (newuser46)
-    assert ("`loopwright resume --all`: every interrupted run" in err) is created, err
+    assert (f"`loopwright resume --all{at}`: every interrupted run" in err) is created, err
 
 
 @pytest.mark.parametrize("command", ["run", "check"])

@@ -68,7 +68,7 @@ def test_ctrl_c_on_a_worker_says_its_runs_were_drained_and_how_they_go_on(
     assert "Traceback" not in proc.stderr, proc.stderr
     # the run's line: drained after the cycle in flight, and what continues it
     assert f"run {run_id[:12]} (d-1): drained after cycle 2, not ended" in out, out
-    assert f"`loopwright resume {run_id[:12]}`" in out, out
+    assert f"`loopwright resume {run_id[:12]} --store {store}`" in out, out  # (newuser52)
     assert "running (-)" not in out, out
     # the summary counts it apart from the runs that ended
     assert "ended: running" not in out, out

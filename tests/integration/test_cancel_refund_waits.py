@@ -45,7 +45,8 @@ def test_a_cancelled_runs_waiting_refund_is_said_until_it_runs(url: str, refund:
         assert done.status == "cancelled" and PAID == ["X-1"]  # not refunded yet
         said = done.packet["recommended_action"]
         assert said.startswith("Its compensations are not run yet: pay (pay:X-1). They run ")
-        assert f"`loopwright resume {done.run_id[:12]}`" in said
+        # (a run started from Python is resumed there: newuser52)
+        assert f"`Runtime.resume('{done.run_id[:12]}', loop)` in Python" in said
         assert ("`loopwright approvals`" in said) == (refund == "asked")
         shown = " ".join(shown_text(url, done.run_id)[0].split())
         assert "Its compensations are not run yet: pay (pay:X-1)" in shown

@@ -472,8 +472,9 @@ def test_stop_cause_in_list_header_and_api(ended: tuple[str, dict[str, str]]) ->
     # the next action speaks of this page, not of a command
     here = c.get(f"/api/runs/{ids['escalated']}").json()["next_action_here"]
     assert "loopwright show" not in here
-    # the error's way on (roll back, resume) is the page's button, not the CLI's commands
-    assert "Roll back to a cycle below (cycle 0), resumed after" in here, here
+    # the error's way on (roll back, resume) is the page's button, not the CLI's commands; a
+    # run started from Python (as this one) is resumed there, with its loop (newuser52)
+    assert "Roll back to a cycle below (cycle 0), then resume it with `Runtime.resume(" in here
     assert (
         "loopwright rollback" not in here
         and "loopwright rollback" in (c.get(f"/api/runs/{ids['escalated']}").json()["next_action"])

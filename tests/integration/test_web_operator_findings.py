@@ -146,8 +146,11 @@ def test_the_demos_next_steps_work_as_printed_with_its_store(tmp_path: Path) -> 
     p = _cli("demo", "--store", store, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     steps = p.stdout.split("Try next", 1)[1].splitlines()[1:]
-    commands = [line.split("  ")[1].strip() for line in steps if line.startswith("  loopwright")]
+    # (each begins with the program as it is typed here: `loopwright`, or its path when PATH
+    # does not find it, newuser52)
+    commands = [line.strip().split("  ")[0] for line in steps if line.strip()]
     assert commands and all(f"--store {store}" in cmd for cmd in commands), commands
+    assert all(cmd.split()[0].endswith("loopwright") for cmd in commands), commands
     for cmd in commands:
         if cmd.split()[1] in ("runs", "show", "approvals", "trace"):  # the read-only ones
             args = shlex.split(cmd)[1:]

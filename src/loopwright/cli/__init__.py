@@ -226,10 +226,13 @@ def _interrupted(process: bool) -> None:
     if not _RUNS["may_exist"]:
         print("loopwright: interrupted", file=sys.stderr)
         return
+    from ._options import store_flag
+
+    at = store_flag()  # (the commands named read the default store without it: newuser52)
     print(
-        "loopwright: interrupted; every finished cycle is checkpointed — `loopwright runs` "
-        "lists the run, `loopwright resume RUN` continues it (`loopwright resume --all`: "
-        "every interrupted run)",
+        "loopwright: interrupted; every finished cycle is checkpointed — `loopwright runs"
+        f"{at}` lists the run, `loopwright resume RUN{at}` continues it (`loopwright resume "
+        f"--all{at}`: every interrupted run)",
         file=sys.stderr,
     )
 

@@ -28,6 +28,7 @@ from ._app import (
     by_name,
     continue_hint,
 )
+from ._options import store_flag
 from ._stores import existing_store, open_existing
 
 if TYPE_CHECKING:
@@ -129,9 +130,10 @@ def _decide_hint(
     run read as if it were the only one), and one command that continues them all."""
     from ..store._records import past_expiry
 
+    at = store_flag()
     if total == 1:
         a = reqs[0]
-        run = a.run_id[:12]
+        run = a.run_id[:12] + at
         if past_expiry(a.expires_at, now):
             go_on = (
                 continue_hint(only, "escalate it")
@@ -149,14 +151,14 @@ def _decide_hint(
         return f"decide with: {how}\nthen: loopwright resume {run} (or add --resume above)"
     forms = []
     if any(a.kind != "question" for a in reqs):
-        forms.append(f"loopwright approve RUN --request ID {me} [--note TEXT] (or deny)")
+        forms.append(f"loopwright approve RUN --request ID {me}{at} [--note TEXT] (or deny)")
     if any(a.kind == "question" for a in reqs):
-        forms.append(f"loopwright answer RUN TEXT --request ID {me}")
+        forms.append(f"loopwright answer RUN TEXT --request ID {me}{at}")
     return (
         f"decide each of the {total} requests with: "
         + "; ".join(forms)
         + " — RUN and ID as listed above\n"
-        "then: loopwright resume --all (continues every run whose requests are decided), "
+        f"then: loopwright resume --all{at} (continues every run whose requests are decided), "
         "or add --resume to each decision"
     )
 
@@ -348,8 +350,8 @@ def _print_reversal(
         say(f"  compensation {a.approval_id}: {a.what}")
     if asks:
         say(
-            f"decide each with: loopwright approve {rid} --request ID {me} "
-            f"(or deny), then: loopwright resume {rid}"
+            f"decide each with: loopwright approve {rid} --request ID {me}{store_flag()} "
+            f"(or deny), then: loopwright resume {rid}{store_flag()}"
         )
 
 

@@ -24,6 +24,31 @@ def demo_spec() -> Path:
     raise ConfigError("the demo workload (examples/invoice_exceptions) is not installed")
 
 
+def command_word() -> str:
+    """How to type ``loopwright`` here: the word itself when PATH finds this program, else
+    the path it was started by. `make demo` runs ``.venv/bin/loopwright`` without activating
+    the venv, and its next steps, typed as printed, answered "loopwright: command not found"
+    (newuser52). ``python -m loopwright`` and an embedding program get the word."""
+    import os
+    import shutil
+    import sys
+
+    exe = sys.argv[0] if sys.argv else ""
+    if os.path.basename(exe) != "loopwright" or not os.path.isfile(exe):
+        return "loopwright"
+    found = shutil.which("loopwright")
+    try:
+        if found is not None and os.path.samefile(found, exe):
+            return "loopwright"
+    except OSError:
+        pass
+    near = os.path.relpath(exe)
+    if near.startswith(".."):
+        return shlex.quote(os.path.abspath(exe))
+    # (in its own folder: ``./loopwright``, the bare word is looked up on PATH)
+    return shlex.quote(near if os.sep in near else os.path.join(os.curdir, near))
+
+
 def run_demo(store: str | None, concurrency: int, token: str | None = None) -> None:
     """Run the demo's tasks; in a store with users they are started by ``token``'s user (else
     ``$LOOPWRIGHT_TOKEN``'s), who must be allowed to operate (``starter``)."""
@@ -87,6 +112,8 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
             (f"loopwright resume {rid}", ""),
             (f"loopwright trace {rid} --format otlp-json", "its OpenTelemetry spans"),
         ]
+    word = command_word()
+    steps = [(word + cmd.removeprefix("loopwright"), what) for cmd, what in steps]
     out.print("\n[bold]Try next[/]")
     width = max(len(cmd + where) for cmd, _ in steps) + 2
     for cmd, what in steps:

@@ -26,7 +26,7 @@ T = TypeVar("T")
 _STUCK = (
     "loopwright: still waiting for user code to return (an actor or check without timeout_s "
     "holds the run); press Ctrl-C again to stop at once: the run goes on from its last finished "
-    "cycle with `loopwright resume RUN`\n"
+    "cycle with `loopwright resume RUN{at}`\n"
 )
 
 
@@ -56,7 +56,9 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
         if taken:
             return  # winding down: later presses are ignored
         if presses == 2:
-            sys.stderr.write(_STUCK)
+            from ._options import store_flag  # (the command it names: newuser52)
+
+            sys.stderr.write(_STUCK.format(at=store_flag()))
             sys.stderr.flush()
             return
         raise KeyboardInterrupt

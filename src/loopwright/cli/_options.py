@@ -14,6 +14,10 @@ import typer
 
 from .._errors import ConfigError
 
+# The ``--store`` this command was given on its command line (None: not given), set by the
+# option's callback, which click calls for every command taking it, given or not.
+_GIVEN: dict[str, str | None] = {"store": None}
+
 
 def _store_given(value: str | None) -> str | None:
     """``--store ""`` is a mistake (an unset variable), not a request for the default store."""
@@ -22,7 +26,23 @@ def _store_given(value: str | None) -> str | None:
             "is empty; give a store URL or path, or leave --store out for the default",
             field="--store",
         )
+    _GIVEN["store"] = value
     return value
+
+
+def store_flag() -> str:
+    """`` --store STORE`` for the next commands a command prints, when it was given
+    ``--store`` on its command line ('' else: ``$LOOPWRIGHT_STORE`` is still set for the next
+    command, and the default store needs no flag). Without it, a hint copied as printed
+    (`loopwright resume RUN` after `approve RUN --store s.db`) read the default store: "no run
+    'RUN'", or no store at all (newuser52). A URL's password is masked: the hint is printed,
+    and the person who typed it knows it."""
+    import shlex
+
+    from .._redact import redact_text
+
+    given = _GIVEN["store"]
+    return f" --store {shlex.quote(redact_text(given))}" if given else ""
 
 
 StoreOpt = Annotated[

@@ -4,6 +4,7 @@ plain, faster tables of ``_table``)."""
 from __future__ import annotations
 
 import itertools
+import json
 import sys
 import time
 from collections import deque
@@ -159,6 +160,28 @@ _Row = tuple[str, list[str], list[str], list[str], str, str, str]
 TIMELINE_CHUNK = 200
 
 
+#: The most effects of one proposal the timeline names (the rest counted).
+_EFFECTS_NAMED = 5
+
+
+def _asked(prop: dict[str, Any]) -> list[str]:
+    """What a proposal asks besides its edits, for its timeline cell: its question's text and
+    the effects it asks for by name (a question's row read "question:" and an effect-only
+    proposal's "effects:", with nothing after them; newuser52)."""
+    out: list[str] = []
+    question = prop.get("question")
+    if isinstance(question, dict) and question.get("text"):
+        out.append(escape(_cut(json.dumps(str(question["text"]), ensure_ascii=False))))
+    names = [str(e.get("name")) for e in prop.get("effects") or () if isinstance(e, dict)]
+    shown = ", ".join(names[:_EFFECTS_NAMED])
+    if len(names) > _EFFECTS_NAMED:
+        shown += f" (+{len(names) - _EFFECTS_NAMED} more)"
+    if names:  # (an effect-only proposal's kind, "effects:", says it already)
+        word = "" if prop.get("kind") == "effects" else f"effect{'s' if len(names) > 1 else ''} "
+        out.append(escape(word + shown))
+    return out
+
+
 def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iterator[_Row]:
     """Each timeline row, as ``records`` is read."""
     for cycle_of, rec in records:
@@ -193,7 +216,7 @@ def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iter
         parts = [f"{e['artifact']}/{e['part']}" for e in prop.get("edits", ())]
         if prop.get("replace"):
             parts = [f"REPLACE {a}" for a in prop["replace"]]
-        what = [f"{escape(str(prop.get('kind')))}:", *(escape(p) for p in parts)]
+        what = [f"{escape(str(prop.get('kind')))}:", *(escape(p) for p in parts), *_asked(prop)]
         if record_no_attempt(rec):  # no actor call: the verifiers judged a person's edit
             what = ["[cyan]check only:[/] judged the person's edit"]
         elif rec.get("check_only"):  # the actor's attempt, denied: then the edit judged

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from .._errors import ConfigError, ConflictError
-from ._options import JsonOpt, StoreOpt, TokenOpt, _print_json, run_ref
+from ._options import JsonOpt, StoreOpt, TokenOpt, _print_json, run_ref, store_flag
 from ._root_app import app
 from ._stores import existing_store
 
@@ -42,7 +42,7 @@ def continue_hint(rec: RunRecord, verb: str = "continue it") -> str:
     started from Python is resumed there, with its loop (``loopwright resume`` refuses it,
     having no loop to load)."""
     if rec.spec_ref:
-        return f"{verb} with: loopwright resume {rec.run_id[:12]}"
+        return f"{verb} with: loopwright resume {rec.run_id[:12]}{store_flag()}"
     return f"{verb} from Python, with its loop: Runtime.resume({rec.run_id[:12]!r}, loop)"
 
 

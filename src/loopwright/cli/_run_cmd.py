@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from .._errors import ConfigError, ConflictError, check_choice
-from ._options import JsonOpt, StoreOpt, TokenOpt, _print_json
+from ._options import JsonOpt, StoreOpt, TokenOpt, _print_json, store_flag
 from ._root_app import app
 from ._stores import creatable_store, existing_store
 
@@ -88,7 +88,7 @@ def run(
         named = ", ".join(f"{run_id[:12]} ({held[run_id]})" for run_id in held)
         raise ConfigError(
             f"{len(held)} of {len(results)} run(s) are held by another process and were not "
-            f"run here: {named}; see `loopwright runs --status running`",
+            f"run here: {named}; see `loopwright runs --status running{store_flag()}`",
             field="RUN",
         )
     raise typer.Exit(code)

@@ -11,6 +11,7 @@ import typer
 from .._errors import ConfigError
 from ._app import JsonOpt, StoreOpt, _print_json, app
 from ._notify_opts import NotifyEndsOpt, NotifyOpt, NotifySecretOpt, notify_config, notify_line
+from ._options import store_flag
 from ._stores import creatable_store, existing_store
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ def worker(
         if r.status in UNFINISHED:  # drained by a stop: "running (-)" told no one what next
             say(
                 f"run {r.run_id[:12]} ({r.task_key}): drained after cycle {r.cycles}, "
-                f"not ended; the next worker continues it, or `loopwright resume {r.run_id[:12]}`",
+                f"not ended; the next worker continues it, or `loopwright resume {r.run_id[:12]}{store_flag()}`",
                 out=out,
             )
             return
@@ -160,7 +161,7 @@ def worker(
         # (a drained run is counted apart: "ended: running 4" said the opposite of what held)
         left = (
             f"; drained {drained} (not ended: the next worker continues them, or "
-            "`loopwright resume --all`)"
+            f"`loopwright resume --all{store_flag()}`)"
             if drained
             else ""
         )

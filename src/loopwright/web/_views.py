@@ -266,6 +266,13 @@ def next_action_here(rec: RunRecord, state: TaskState, approvals: list[Approval]
         r"Roll back to a cycle below (cycle \1), resumed after",
         advice,
     )
+    # (a run started from Python is resumed there, with its loop: no page can resume it)
+    advice = re.sub(
+        r"`loopwright rollback \S+ --to-cycle (\d+) --by NAME`, then (`Runtime\.resume\(\S+, "
+        r"loop\)` in Python)",
+        r"Roll back to a cycle below (cycle \1), then resume it with \2",
+        advice,
+    )
     if rec.status in ("escalated", "stopped", "failed", "cancelled"):
         return advice or "Review the escalation packet below."
     return (advice + " Use Resume below to continue it.").strip()
