@@ -268,22 +268,13 @@ class Concluding(RuntimeHost):
                 when_clean=contract.success.accept_parts == "when_clean",
             )
             s.refresh_plan()
-        # the checks success needs: those flagged required, or all when none is (as success)
-        checks = loop.visible  # (a tuple built each time it is asked: once here)
-        required: set[str] = set()
-        optional: list[str] = []  # (the visible checks the loop does not require: below)
-        for c in checks:  # (one loop, no comprehension a cycle)
-            if c.required:
-                required.add(c.name)
-            else:
-                optional.append(c.name)
-        if not required:
-            required = {c.name for c in checks}
+        # the checks success needs: those flagged required, or all when none is (as success);
+        # and the visible ones it does not require (below). Both the loop's, made once.
+        required, optional = loop.required_names, loop.optional_names
         newly: list[str] = []
         for k, v in visible.items():  # (a loop: no comprehension a cycle)
             if v.passed and k in required and k not in old.passed_checks:
                 newly.append(k)
-        newly.sort()
         delta = contract.no_progress.min_delta if contract.no_progress else 0.0
         improved = (
             not duplicate
@@ -305,7 +296,10 @@ class Concluding(RuntimeHost):
             s.stall = old.stall
         else:
             s.stall = old.stall + 1
-        s.passed_checks = sorted(set(old.passed_checks) | set(newly))
+        if newly or len(old.passed_checks) > 1:
+            s.passed_checks = sorted(set(old.passed_checks) | set(newly))
+        # (else what it would be is what ``s`` holds, ``fork``'s copy of old's or old's own:
+        # none or one name, sorted and unique as it is; two sets and a sort a cycle less)
         if not ok and not duplicate and decision != "asked" and not ex.check_only:
             # (a check-only cycle proposed nothing: no rejected proposal, ``_edit_check``)
             # in place: the list is shared with ``old`` and only ever grows (invariant 8)
@@ -387,7 +381,7 @@ class Concluding(RuntimeHost):
         # needs them to judge success and progress as this cycle was judged. Only when there
         # are some, so the common record (every check required) costs nothing more.
         if optional:
-            record["not_required"] = optional
+            record["not_required"] = list(optional)
         if ex.check_only:  # judged a person's edit, no actor call (``_edit_check``)
             record["check_only"] = True
             s.history[-1]["check_only"] = True
