@@ -16,12 +16,19 @@ from ._effect_run import EffectOutcome, key_of, perform_effect
 from ._effects import EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
-from ._exec import budget_before, call_rows, calls_usage, error_info, memory_shown, no_attempt
+from ._exec import (
+    budget_before,
+    calls_usage,
+    cycle_calls,
+    error_info,
+    memory_shown,
+    no_attempt,
+)
 from ._gates import _effect, call_digest, edit_kept
 from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict
 from ._question import Question
-from ._record_codec import packed_calls, packed_record, packed_usage
+from ._record_codec import packed_record, packed_usage
 from ._state import Finding, TaskState, person_edit
 from ._usage import Usage
 from .store import NewEvent
@@ -312,7 +319,8 @@ class Concluding(RuntimeHost):
         s.score = score
         s.spent = old.spent.add_seconds(time.perf_counter() - t0)
         s.held_out_spent = old.held_out_spent
-        s.billed = rules.noted_calls(old.billed, call_rows(ex.calls))
+        # (the cycle's priced calls read once: their sum, who bills, the record's rows)
+        cost, tokens, s.billed, calls_packed = cycle_calls(ex.calls, old.billed)
         decision = decision or ("accepted" if ok else "revise")
         # A bounded window: older cycles are in the checkpoints' records (invariant 8).
         keep = max(0, self.history_window - 1)
@@ -338,9 +346,8 @@ class Concluding(RuntimeHost):
         held_p: dict[str, Any] = {}
         for k, v in held.items():
             held_p[k] = v.to_packed_dict(k)
-        priced = calls_usage(ex.calls)
         # (a Usage first, as ever: its checks refuse a sum no usage may hold)
-        spent = Usage(priced.cost_usd, priced.tokens, s.spent.seconds - old.spent.seconds)
+        spent = Usage(cost, tokens, s.spent.seconds - old.spent.seconds)
         # (a cycle that made no attempt is no paid one: the next attempt is projected at the
         # mean of attempts; its spend still counts, so the projection errs on the dear side)
         if no_attempt(ex):
@@ -372,7 +379,7 @@ class Concluding(RuntimeHost):
             # The feedback memory the actor was shown (ids): what context_reuse_rate counts.
             memory_shown(ex),
             # Every priced call of the cycle in order: what replay needs to re-decide budgets.
-            packed_calls(ex.calls),
+            calls_packed,
             # All of them: a call's failed attempts and a judgement made again cost too (the
             # cycle's figure in show, the dashboard and a trace adds up to the run's spend).
             packed_usage(spent.cost_usd, spent.tokens, spent.seconds),
