@@ -261,7 +261,9 @@ class Concluding(RuntimeHost):
             score, ok, effective = judged
         else:
             score = rules.aggregate_score(loop.checks, visible) if visible else None
-            ok = decision is None and rules.success(contract, loop.checks, visible, score)
+            ok = decision is None and rules.success(
+                contract, loop.checks, visible, score, needed=loop._required
+            )
         if decision is None:
             found: list[Finding] = []
             for v in visible.values():  # (a loop and C extends: no comprehension a cycle)
@@ -269,7 +271,7 @@ class Concluding(RuntimeHost):
             s.findings = found
             rules.accept_clean_parts(
                 s,
-                loop.checks,
+                loop._checks,
                 visible,
                 all_parts=ok,
                 when_clean=contract.success.accept_parts == "when_clean",
@@ -277,7 +279,7 @@ class Concluding(RuntimeHost):
             s.refresh_plan()
         # the checks success needs: those flagged required, or all when none is (as success);
         # and the visible ones it does not require (below). Both the loop's, made once.
-        required, optional = loop.required_names, loop.optional_names
+        required, optional = loop._required, loop._optional  # (slots: no property call)
         newly: list[str] = []
         for k, v in visible.items():  # (a loop: no comprehension a cycle)
             if v.passed and k in required and k not in old.passed_checks:

@@ -90,3 +90,46 @@ def test_passed_checks_stay_sorted(tmp_path: Path) -> None:
     assert res.state.passed_checks == ["a", "b"]
     # what each cycle's first check saw: none until b passed, then b, then both, sorted
     assert seen[::3] == [[], [], [], ["b"], ["a", "b"]]
+
+
+def test_success_with_the_loops_names_is_success_without() -> None:
+    """``_decide.success`` given the loop's names (what the engine passes every cycle)
+    answers as it does finding them from the checks."""
+    from loopwright._decide import success
+
+    a = lw.Check(fn=_verdict, name="a")
+    b = lw.Check(fn=_verdict, name="b", required=False)
+    h = lw.Check(fn=_verdict, name="h", held_out=True)
+    c = lw.Check(fn=_verdict, name="c", required=False)
+    verdict_sets = [
+        {},
+        {"a": lw.Verdict(passed=True)},
+        {"a": lw.Verdict(passed=True), "b": lw.Verdict(passed=False)},
+        {"b": lw.Verdict(passed=True), "c": lw.Verdict(passed=True)},
+        {"b": lw.Verdict(passed=True), "c": lw.Verdict(passed=False)},
+        {"a": lw.Verdict(passed=True, evidence={"vacuous": True})},
+        {"a": lw.Verdict(passed=True, score=0.4)},
+    ]
+    contracts = [
+        lw.Contract(budget=lw.Budget(max_cycles=3)),
+        lw.Contract(budget=lw.Budget(max_cycles=3), success=lw.Success(min_score=0.3)),
+        lw.Contract(budget=lw.Budget(max_cycles=3), success=lw.Success(allow_vacuous=True)),
+    ]
+    answers = set()
+    for checks in ((a, b, h), (b, c), (a, c, b)):
+        loop = _loop(*checks)
+        for contract in [
+            *contracts,
+            lw.Contract(
+                budget=lw.Budget(max_cycles=3), success=lw.Success(required=(checks[0].name,))
+            ),
+        ]:
+            for verdicts in verdict_sets:
+                for score in (None, 0.5, 1.0):
+                    plain = success(contract, loop.checks, verdicts, score)
+                    given = success(
+                        contract, loop.checks, verdicts, score, needed=loop.required_names
+                    )
+                    assert given == plain, (checks, contract, verdicts, score)
+                    answers.add(plain)
+    assert answers == {True, False}  # (both answers were compared)
