@@ -288,6 +288,27 @@ def cycle_calls(
     out = billed
     packed: list[Any] = []
     for c in calls:  # (a loop: every cycle, a row a call)
+        if type(c) is dict and len(c) == 3:
+            # The common row, a call that billed nothing (``{who, 0.0, 0}``, +0.0 a float, 0
+            # an int: the defaults ``pack`` drops): it adds nothing to the sums, notes its
+            # caller as not paid, and packs to its ``who`` alone.
+            x, t = c.get("cost_usd"), c.get("tokens")
+            if (
+                x == 0.0
+                and t == 0
+                and type(x) is float
+                and type(t) is int
+                and "who" in c
+                and _copysign(1.0, x) > 0.0
+            ):
+                who = c["who"]
+                name = who if type(who) is str else str(who)
+                if name not in out:
+                    if out is billed:
+                        out = dict(billed)
+                    out[name] = False
+                packed.append({"who": who})
+                continue
         # (``calls_usage``: adding 0 is a no-op)
         if "cost_usd" in c and (cost_usd := c["cost_usd"]):
             cost += cost_usd
@@ -301,21 +322,7 @@ def cycle_calls(
                 if out is billed:
                     out = dict(billed)
                 out[name] = paid
-        # (``packed_calls``: the common free call ``{who, 0.0, 0}`` is its ``who`` alone,
-        # as ``pack``'s dropper leaves it; any other row goes through the dropper)
-        if (
-            type(c) is dict
-            and len(c) == 3
-            and type(x := c.get("cost_usd")) is float
-            and x == 0.0
-            and _copysign(1.0, x) > 0.0
-            and type(t := c.get("tokens")) is int
-            and t == 0
-            and "who" in c
-        ):
-            packed.append({"who": c["who"]})
-        else:
-            packed.append(_DROP_CALL(c) if type(c) is dict else c)
+        packed.append(_DROP_CALL(c) if type(c) is dict else c)
     return cost, tokens, out, packed
 
 

@@ -32,6 +32,8 @@ ROWS: list[list[dict[str, Any]]] = [
     [{"who": "actor"}, {"cost_usd": 0.5}, {"tokens": 3}],  # rows missing keys
     [{"who": "actor", "tokens": 0, "cost_usd": 0.0}],  # another key order
     [{"who": "actor", "cost_usd": 0.0, "tokens": 0, "extra": 1}],
+    [{"cost_usd": 0.0, "tokens": 0, "note": "no who"}],  # three keys, not the free row's
+    [{"who": "actor", "cost_usd": 0.0, "tokens": False}],  # a bool is not the int default
     [{"who": 7, "cost_usd": 0.0, "tokens": 0}],  # a name that is not text
     [{"who": "a", "cost_usd": 0.1, "tokens": 0}, {"who": "a", "cost_usd": 0.0, "tokens": 0}],
 ]
