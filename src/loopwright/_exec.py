@@ -282,7 +282,7 @@ def cycle_calls(
     sums, in call order), ``billed`` with them noted (``_decide.noted_calls`` of
     ``call_rows``: a new dict only when it changes) and the record's ``calls`` as ``pack``
     leaves them (``_record_codec.packed_calls``). Three walks of the same rows, each with its
-    rows or dicts built, cost about 3 % of a trivial cycle's bytecodes (bench/RESULTS.md,
+    rows or dicts built, cost about 4 % of a trivial cycle's bytecodes (bench/RESULTS.md,
     "stop 52"); ``tests/unit/test_cycle_calls.py`` holds this to the three."""
     cost, tokens = 0.0, 0
     out = billed
