@@ -16,12 +16,19 @@ from ._effect_run import EffectOutcome, key_of, perform_effect
 from ._effects import EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
-from ._exec import budget_before, call_rows, calls_usage, error_info, memory_shown, no_attempt
+from ._exec import (
+    budget_before,
+    calls_usage,
+    cycle_calls,
+    error_info,
+    memory_shown,
+    no_attempt,
+)
 from ._gates import _effect, call_digest, edit_kept
 from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict
 from ._question import Question
-from ._record_codec import packed_calls, packed_record, packed_usage
+from ._record_codec import packed_record, packed_usage
 from ._state import Finding, TaskState, person_edit
 from ._usage import MAX_TOKENS, Usage
 from .store import NewEvent
@@ -254,7 +261,9 @@ class Concluding(RuntimeHost):
             score, ok, effective = judged
         else:
             score = rules.aggregate_score(loop.checks, visible) if visible else None
-            ok = decision is None and rules.success(contract, loop.checks, visible, score)
+            ok = decision is None and rules.success(
+                contract, loop.checks, visible, score, needed=loop._required
+            )
         if decision is None:
             found: list[Finding] = []
             for v in visible.values():  # (a loop and C extends: no comprehension a cycle)
@@ -262,28 +271,19 @@ class Concluding(RuntimeHost):
             s.findings = found
             rules.accept_clean_parts(
                 s,
-                loop.checks,
+                loop._checks,
                 visible,
                 all_parts=ok,
                 when_clean=contract.success.accept_parts == "when_clean",
             )
             s.refresh_plan()
-        # the checks success needs: those flagged required, or all when none is (as success)
-        checks = loop.visible  # (a tuple built each time it is asked: once here)
-        required: set[str] = set()
-        optional: list[str] = []  # (the visible checks the loop does not require: below)
-        for c in checks:  # (one loop, no comprehension a cycle)
-            if c.required:
-                required.add(c.name)
-            else:
-                optional.append(c.name)
-        if not required:
-            required = {c.name for c in checks}
+        # the checks success needs: those flagged required, or all when none is (as success);
+        # and the visible ones it does not require (below). Both the loop's, made once.
+        required, optional = loop._required, loop._optional  # (slots: no property call)
         newly: list[str] = []
         for k, v in visible.items():  # (a loop: no comprehension a cycle)
             if v.passed and k in required and k not in old.passed_checks:
                 newly.append(k)
-        newly.sort()
         delta = contract.no_progress.min_delta if contract.no_progress else 0.0
         improved = (
             not duplicate
@@ -305,7 +305,10 @@ class Concluding(RuntimeHost):
             s.stall = old.stall
         else:
             s.stall = old.stall + 1
-        s.passed_checks = sorted(set(old.passed_checks) | set(newly))
+        if newly or len(old.passed_checks) > 1:
+            s.passed_checks = sorted(set(old.passed_checks) | set(newly))
+        # (else what it would be is what ``s`` holds, ``fork``'s copy of old's or old's own:
+        # none or one name, sorted and unique as it is; two sets and a sort a cycle less)
         if not ok and not duplicate and decision != "asked" and not ex.check_only:
             # (a check-only cycle proposed nothing: no rejected proposal, ``_edit_check``)
             # in place: the list is shared with ``old`` and only ever grows (invariant 8)
@@ -318,7 +321,8 @@ class Concluding(RuntimeHost):
         s.score = score
         s.spent = old.spent.add_seconds(time.perf_counter() - t0)
         s.held_out_spent = old.held_out_spent
-        s.billed = rules.noted_calls(old.billed, call_rows(ex.calls))
+        # (the cycle's priced calls read once: their sum, who bills, the record's rows)
+        cost, tokens, s.billed, calls_packed = cycle_calls(ex.calls, old.billed)
         decision = decision or ("accepted" if ok else "revise")
         # A bounded window: older cycles are in the checkpoints' records (invariant 8).
         keep = max(0, self.history_window - 1)
@@ -344,13 +348,12 @@ class Concluding(RuntimeHost):
         held_p: dict[str, Any] = {}
         for k, v in held.items():
             held_p[k] = v.to_packed_dict(k)
-        priced = calls_usage(ex.calls)
         # A token count no usage may hold is refused, as ever (a commit would overflow). Its
         # cost is not checked against a call's bound (``MAX_AMOUNT``): a sum of checked
         # amounts, a float that cannot overflow (stop 52: two calls of 2**53 USD raised here).
-        if priced.tokens > MAX_TOKENS:
-            Usage(0.0, priced.tokens)  # (raises ConfigError, naming Usage.tokens)
-        spent = Usage._stored(priced.cost_usd, priced.tokens, s.spent.seconds - old.spent.seconds)
+        if tokens > MAX_TOKENS:
+            Usage(0.0, tokens)  # (raises ConfigError, naming Usage.tokens)
+        spent = Usage._stored(cost, tokens, s.spent.seconds - old.spent.seconds)
         # (a cycle that made no attempt is no paid one: the next attempt is projected at the
         # mean of attempts; its spend still counts, so the projection errs on the dear side)
         if no_attempt(ex):
@@ -382,7 +385,7 @@ class Concluding(RuntimeHost):
             # The feedback memory the actor was shown (ids): what context_reuse_rate counts.
             memory_shown(ex),
             # Every priced call of the cycle in order: what replay needs to re-decide budgets.
-            packed_calls(ex.calls),
+            calls_packed,
             # All of them: a call's failed attempts and a judgement made again cost too (the
             # cycle's figure in show, the dashboard and a trace adds up to the run's spend).
             packed_usage(spent.cost_usd, spent.tokens, spent.seconds),
@@ -391,7 +394,7 @@ class Concluding(RuntimeHost):
         # needs them to judge success and progress as this cycle was judged. Only when there
         # are some, so the common record (every check required) costs nothing more.
         if optional:
-            record["not_required"] = optional
+            record["not_required"] = list(optional)
         if ex.check_only:  # judged a person's edit, no actor call (``_edit_check``)
             record["check_only"] = True
             s.history[-1]["check_only"] = True

@@ -185,7 +185,8 @@ class Cycle(ActorContext):
             return self._park(ex, n, proposal, digest, {}, {}, [need], t0, ask=q)
         # No verifier starts on a budget crossed, or reached unless it is known to bill
         # nothing (``call_stop``): the proposal is kept, unverified, in the packet.
-        crossed = budget_before(ex, f"verifier:{loop.checks[0].name}")
+        # (``loop._checks``, here and below: the slot read, not a property called a cycle)
+        crossed = budget_before(ex, f"verifier:{loop._checks[0].name}")
         if crossed:
             return self._abort(
                 ex,
@@ -303,7 +304,7 @@ class Cycle(ActorContext):
         def loader(ref: str) -> list[Version]:
             return self.store.versions(ex.run_id, ref)
 
-        for i, check in enumerate(loop.checks):
+        for i, check in enumerate(loop._checks):
             if i:
                 crossed = budget_before(ex, f"verifier:{check.name}")
                 if crossed:
@@ -417,8 +418,8 @@ class Cycle(ActorContext):
             )
         # Which requested effects run: those of an accepted cycle, and those declared to run
         # whatever the verdict.
-        score = rules.aggregate_score(loop.checks, visible) if visible else None
-        ok = rules.success(contract, loop.checks, visible, score)
+        score = rules.aggregate_score(loop._checks, visible) if visible else None
+        ok = rules.success(contract, loop._checks, visible, score, needed=loop._required)
         calls: list[EffectCall] = []
         held_back: list[str] = []
         if proposal.effects:  # (most proposals ask for none: nothing to walk)

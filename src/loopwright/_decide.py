@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
 from ._calls import CallTimeout
 from ._contract import Contract, RiskRule
@@ -383,21 +383,30 @@ def aggregate_score(checks: Sequence[Check], verdicts: dict[str, Verdict]) -> fl
 
 
 def success(
-    contract: Contract, checks: Sequence[Check], verdicts: dict[str, Verdict], score: float | None
+    contract: Contract,
+    checks: Sequence[Check],
+    verdicts: dict[str, Verdict],
+    score: float | None,
+    *,
+    needed: Collection[str] | None = None,
 ) -> bool:
-    visible: list[Check] = []
-    wanted: set[str] = set()  # (the required visible checks' names: one loop, no comprehension)
-    for c in checks:
-        if not c.held_out:
-            visible.append(c)
-            if c.required:
-                wanted.add(c.name)
-    if not visible or score is None:
+    """Whether the visible ``verdicts`` make the cycle a success. ``needed``: the names of
+    the visible checks flagged required, or of all of them when none is (``Loop``'s
+    ``required_names``, derived once: every cycle asks), else found from ``checks``."""
+    names: Collection[str]
+    if needed is None:
+        visible: list[Check] = []
+        wanted: set[str] = set()  # (the required visible checks' names: one loop)
+        for c in checks:
+            if not c.held_out:
+                visible.append(c)
+                if c.required:
+                    wanted.add(c.name)
+        needed = wanted or {c.name for c in visible}
+    if not needed or score is None:  # (none: no visible check)
         return False
     required = contract.success.required
-    names = set(required) if required else wanted
-    if not names:
-        names = {c.name for c in visible}
+    names = set(required) if required else needed
     for n in names:  # (a loop, not ``any`` over a generator: every cycle asks)
         if n not in verdicts or not verdicts[n].passed:
             return False

@@ -17,6 +17,7 @@ import asyncio
 import traceback
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from math import copysign as _copysign
 from typing import Any
 
 from ._calls import CallTimeout
@@ -26,6 +27,7 @@ from ._decide import no_attempt as _no_attempt
 from ._loop import Loop
 from ._modelcalls import clip_masked
 from ._proposal import Context, Verdict
+from ._record_codec import _DROP_CALL
 from ._redact import redact
 from ._retry import ErrorClass
 from ._state import Digests, TaskState, Version, part_ref
@@ -271,6 +273,57 @@ def no_attempt(ex: Execution) -> bool:
     metrics read a record by): not counted as a cycle without progress nor in the mean an
     attempt is projected at (``TaskState.paid_cycles``)."""
     return ex.check_only and _no_attempt(True, [c.get("who") for c in ex.calls])
+
+
+def cycle_calls(
+    calls: Iterable[Mapping[str, Any]], billed: dict[str, bool]
+) -> tuple[float, int, dict[str, bool], list[Any]]:
+    """A concluded cycle's priced calls read once: what they cost together (``calls_usage``'s
+    sums, in call order), ``billed`` with them noted (``_decide.noted_calls`` of
+    ``call_rows``: a new dict only when it changes) and the record's ``calls`` as ``pack``
+    leaves them (``_record_codec.packed_calls``). Three walks of the same rows, each with its
+    rows or dicts built, cost about 4 % of a trivial cycle's bytecodes (bench/RESULTS.md,
+    "stop 52"); ``tests/unit/test_cycle_calls.py`` holds this to the three."""
+    cost, tokens = 0.0, 0
+    out = billed
+    packed: list[Any] = []
+    for c in calls:  # (a loop: every cycle, a row a call)
+        if type(c) is dict and len(c) == 3:
+            # The common row, a call that billed nothing (``{who, 0.0, 0}``, +0.0 a float, 0
+            # an int: the defaults ``pack`` drops): it adds nothing to the sums, notes its
+            # caller as not paid, and packs to its ``who`` alone.
+            x, t = c.get("cost_usd"), c.get("tokens")
+            if (
+                x == 0.0
+                and t == 0
+                and type(x) is float
+                and type(t) is int
+                and "who" in c
+                and _copysign(1.0, x) > 0.0
+            ):
+                who = c["who"]
+                name = who if type(who) is str else str(who)
+                if name not in out:
+                    if out is billed:
+                        out = dict(billed)
+                    out[name] = False
+                packed.append({"who": who})
+                continue
+        # (``calls_usage``: adding 0 is a no-op)
+        if "cost_usd" in c and (cost_usd := c["cost_usd"]):
+            cost += cost_usd
+        if "tokens" in c and (n := c["tokens"]):
+            tokens += n
+        # (``call_rows`` then ``noted_calls``: a row whose cost is unknown tells nothing)
+        if not c.get("unknown_cost"):
+            name = str(c.get("who", ""))
+            paid = bool(c.get("cost_usd") or c.get("tokens"))
+            if name not in out or (paid and not out[name]):
+                if out is billed:
+                    out = dict(billed)
+                out[name] = paid
+        packed.append(_DROP_CALL(c) if type(c) is dict else c)
+    return cost, tokens, out, packed
 
 
 def call_rows(calls: Iterable[Mapping[str, Any]]) -> list[tuple[str, float, int]]:

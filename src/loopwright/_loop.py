@@ -129,6 +129,13 @@ class Loop:
     reflections_kept: int = 20
     recall_ranked: int | None = RECALL_RANKED
     _checks: tuple[Check, ...] = field(init=False, repr=False, compare=False, default=())
+    # Derived from ``_checks`` once (a loop and its checks are frozen): the visible checks,
+    # and of them the names a cycle's success needs (those flagged required, or all when none
+    # is) and the rest. Every cycle's decision asks (``_conclude``): built there, they were
+    # a tuple, a set and a list a cycle.
+    _visible: tuple[Check, ...] = field(init=False, repr=False, compare=False, default=())
+    _required: frozenset[str] = field(init=False, repr=False, compare=False, default=frozenset())
+    _optional: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -156,6 +163,11 @@ class Loop:
             raise ConfigError(f"verifier names must be unique: {dupes}", field="verifiers")
         object.__setattr__(self, "verifiers", checks)
         object.__setattr__(self, "_checks", checks)
+        shown = tuple(c for c in checks if not c.held_out)
+        flagged = frozenset(c.name for c in shown if c.required)
+        object.__setattr__(self, "_visible", shown)
+        object.__setattr__(self, "_required", flagged or frozenset(c.name for c in shown))
+        object.__setattr__(self, "_optional", tuple(c.name for c in shown if not c.required))
         required = self.contract.success.required
         visible = {c.name for c in checks if not c.held_out}
         if required:
@@ -300,11 +312,18 @@ class Loop:
 
     @property
     def visible(self) -> tuple[Check, ...]:
-        out = []
-        for c in self.checks:  # (a loop: asked every cycle)
-            if not c.held_out:
-                out.append(c)
-        return tuple(out)
+        return self._visible
+
+    @property
+    def required_names(self) -> frozenset[str]:
+        """The visible checks a cycle's success needs, by name: those flagged
+        ``required``, or every visible one when none is."""
+        return self._required
+
+    @property
+    def optional_names(self) -> tuple[str, ...]:
+        """The visible checks the loop does not require (``Check.required=False``), in order."""
+        return self._optional
 
     @property
     def held_out(self) -> tuple[Check, ...]:

@@ -126,7 +126,9 @@ def test_a_cycle_builds_its_record_packed(tmp_path: Path) -> None:
     # A cycle that goes on builds its record in the stored form (``_record_codec.packed_*``)
     # instead of the whole record copied and pruned by ``pack`` (seven droppers a trivial
     # cycle, each a dict copied: about 5 % of the engine's CPU, bench/RESULTS.md "stop 41").
-    # What is left: a dropper for each priced call (the calls come from the journal as dicts).
+    # What was left, a dropper for each priced call (the calls come from the journal as
+    # dicts), is gone for a call that billed nothing: its row packs to its ``who`` alone,
+    # built directly (``_exec.cycle_calls``, bench/RESULTS.md "stop 52").
     dropped = [0]
 
     def profile(frame: Any, event: str, arg: Any) -> None:
@@ -135,7 +137,7 @@ def test_a_cycle_builds_its_record_packed(tmp_path: Path) -> None:
             dropped[0] += 1
 
     _profiled_cycles(tmp_path / "x.db", profile)
-    assert dropped[0] / 4 == 2  # the actor's call and the check's
+    assert dropped[0] / 4 == 0  # (the actor's call and the check's: 2 before stop 52)
 
 
 def test_a_cycle_checks_its_verdict_and_finding_once(
