@@ -26,6 +26,51 @@ if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCAC
     )
     del os.environ["PYTHONDONTWRITEBYTECODE"]
 
+# The suite's heaviest files, heaviest first: under ``make test`` (``-n JOBS --dist loadfile``)
+# each xdist worker collects them first, so the scheduler hands them out first and the workers
+# end on small files together. xdist's own order (``--loadscope-reorder``, its default, which the
+# Makefile turns off) is by number of tests, most first: these files have few, long tests
+# (whole fits of the LDB recordings, SIGKILL trials on both stores, the docs' snippets, Chromium),
+# so they came last and one worker ran them alone for minutes while the other had finished. The
+# figures are CPU seconds of ``pytest -n 0 FILE`` with PostgreSQL on (stop 52); the order is all
+# that is read: a stale or missing entry costs balance, never a result. Other files keep xdist's
+# order after these.
+HEAVY_FIRST: dict[str, float] = {
+    "tests/integration/test_crash_large_values.py": 51.5,
+    "tests/integration/test_money_kills.py": 50.0,
+    "tests/e2e/test_doc_snippets.py": 44.1,  # its mypy run with a cold cache
+    "tests/integration/test_kills_on_new_paths.py": 43.7,
+    "tests/integration/test_fit_stop.py": 34.3,
+    "tests/integration/test_crash_points.py": 26.5,
+    "tests/e2e/test_browser.py": 23.7,
+    "tests/e2e/test_cli_effects.py": 21.3,
+    "tests/integration/test_fit_replay_stream.py": 21.0,
+    "tests/unit/test_fit.py": 13.6,
+    "tests/integration/test_ray_executor.py": 11.4,  # and the Ray cluster's own processes
+    "tests/integration/test_crash_resume.py": 11.4,
+    "tests/integration/test_ldb_faithfulness.py": 10.8,
+    "tests/integration/test_comic_kill.py": 8.0,
+    "tests/integration/test_store_conformance.py": 7.3,  # and the PostgreSQL server's work
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker, the files of ``HEAVY_FIRST`` first (heaviest first), then the others by
+    number of tests, most first (what ``--loadscope-reorder`` does); each file's tests keep their
+    order. A run without ``-n`` is left in the order collected."""
+    if not hasattr(config, "workerinput"):
+        return
+    count: dict[str, int] = {}
+    for item in items:
+        count[item.nodeid.split("::", 1)[0]] = count.get(item.nodeid.split("::", 1)[0], 0) + 1
+
+    def key(item: pytest.Item) -> tuple[float, int]:
+        path = item.nodeid.split("::", 1)[0]
+        return (-HEAVY_FIRST.get(path, 0.0), -count[path])
+
+    items.sort(key=key)  # stable: each file's tests, and files of equal key, keep their order
+
+
 settings.register_profile(
     "loopwright",
     deadline=None,  # the store fsyncs; a slow disk must not fail a property test
