@@ -18,7 +18,9 @@ CORE := $(VENV)/.core-$(SUM)
 FULL := $(VENV)/.test-$(SUM)
 # PostgreSQL tests run when LOOPWRIGHT_TEST_PG is set, or when a server answers here.
 TEST_PG := postgresql://postgres@127.0.0.1:5432/test
-# Test processes: one per core, at most 4 (each may start a Ray cluster); files stay whole.
+# Test processes: one per core, at most 4 (each may start a Ray cluster); files stay whole, and
+# are handed out in the order the workers collect them: tests/conftest.py puts the heaviest
+# first (HEAVY_FIRST), which xdist's own reordering by number of tests would undo.
 JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 
 .PHONY: demo test lint typecheck clean screenshots
@@ -61,7 +63,7 @@ test: lint typecheck
 	command -v tesseract >/dev/null || echo "comic OCR check: skipped (no tesseract: apt-get install tesseract-ocr)"; \
 	if [ -n "$$PYTHONDONTWRITEBYTECODE" ] && [ -z "$$PYTHONPYCACHEPREFIX" ]; then \
 		export PYTHONPYCACHEPREFIX='$(CURDIR)/.pytest_cache/pycache'; unset PYTHONDONTWRITEBYTECODE; fi; \
-	$(BIN)/python -m pytest -q -n $(JOBS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(JOBS) --dist loadfile --no-loadscope-reorder
 
 clean:
 	rm -rf $(VENV) .loopwright .mypy_cache .ruff_cache .pytest_cache

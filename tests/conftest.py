@@ -26,6 +26,59 @@ if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCAC
     )
     del os.environ["PYTHONDONTWRITEBYTECODE"]
 
+# The suite's heaviest files, heaviest first: under ``make test`` (``-n JOBS --dist loadfile``)
+# each xdist worker collects them first, so the scheduler hands them out first and the workers
+# end on small files together. xdist's own order (``--loadscope-reorder``, its default, which the
+# Makefile turns off) is by number of tests, most first, and put the files of one or two long
+# tests last (``test_no_socket_left``: one test, 48 s). The figures are the wall seconds of each
+# file's tests among the 200 slowest of a full ``-n 2`` run on a loaded VM (stop 52); the order
+# is all that is read: a stale or missing entry costs balance, never a result. Other files keep
+# xdist's order after these.
+HEAVY_FIRST: dict[str, float] = {
+    "tests/integration/test_money_kills.py": 288,
+    "tests/e2e/test_doc_snippets.py": 240,
+    "tests/integration/test_fit_replay_stream.py": 180,  # 297 before its LDB fit's smaller grid
+    "tests/integration/test_crash_large_values.py": 170,
+    "tests/integration/test_fit_stop.py": 167,
+    "tests/e2e/test_cli_effects.py": 161,
+    "tests/integration/test_stop_default_ceiling.py": 118,
+    "tests/integration/test_kills_on_new_paths.py": 111,
+    "tests/integration/test_workers.py": 105,
+    "tests/integration/test_judged_is_stored.py": 75,
+    "tests/integration/test_pg_claim_scale.py": 69,
+    "tests/integration/test_ray_executor.py": 67,
+    "tests/e2e/test_cli_inputs.py": 67,
+    "tests/e2e/test_llm_example.py": 65,
+    "tests/e2e/test_cli.py": 63,
+    "tests/integration/test_long_run_views.py": 62,
+    "tests/integration/test_eval_case_memory.py": 56,
+    "tests/integration/test_ldb_faithfulness.py": 50,
+    "tests/e2e/test_browser.py": 49,
+    "tests/integration/test_no_socket_left.py": 48,
+    "tests/e2e/test_comic_cli.py": 48,
+    "tests/e2e/test_cli_names.py": 46,
+    "tests/integration/test_export_paged_states.py": 42,
+    "tests/unit/test_suite_hygiene.py": 42,
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker, the files of ``HEAVY_FIRST`` first (heaviest first), then the others by
+    number of tests, most first (what ``--loadscope-reorder`` does); each file's tests keep their
+    order. A run without ``-n`` is left in the order collected."""
+    if not hasattr(config, "workerinput"):
+        return
+    count: dict[str, int] = {}
+    for item in items:
+        count[item.nodeid.split("::", 1)[0]] = count.get(item.nodeid.split("::", 1)[0], 0) + 1
+
+    def key(item: pytest.Item) -> tuple[float, int]:
+        path = item.nodeid.split("::", 1)[0]
+        return (-HEAVY_FIRST.get(path, 0.0), -count[path])
+
+    items.sort(key=key)  # stable: each file's tests, and files of equal key, keep their order
+
+
 settings.register_profile(
     "loopwright",
     deadline=None,  # the store fsyncs; a slow disk must not fail a property test
