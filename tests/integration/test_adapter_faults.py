@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from support.deadline_clock import HANG_S
-from support.fake_openai import FakeOpenAI, Reply, fail, ok
+from support.fake_openai import FakeOpenAI, Reply, fail, garbage, ok
 
 import loopwright as lw
 from loopwright.adapters import ChatActor, ChatReviewer, MalformedReplyError, PriceOverride
@@ -602,3 +602,57 @@ def test_a_base_url_with_a_query_sends_it_with_every_request(server: FakeOpenAI,
     with pytest.raises(Exception) as caught:
         call()
     assert "unknown key ***" in str(caught.value) and "QSECRET42" not in str(caught.value)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_reply_holding_a_lone_surrogate_is_repaired_not_escalated(
+    tmp_path: Path, server: FakeOpenAI, stream: bool
+) -> None:
+    """A reply's text holding a lone surrogate (JSON's ``\\ud800`` escape in the body) was kept
+    as is for the repair turn: that request could not be encoded (UnicodeEncodeError), which
+    the engine took as the actor's permanent error, escalating after one call. It is shown
+    back escaped now, and the run goes on."""
+    server.script(garbage("Here you go \ud800"), ok(FIX), model="actor-m")
+    r, events = _run(tmp_path, _actor(server, stream=stream))
+    assert r.accepted, r.packet
+    assert len(server.requests) == 2
+    repair = server.requests[1].body["messages"]
+    assert repair[-2] == {"role": "assistant", "content": "Here you go \\ud800"}
+    assert [e.data["attempt"] for e in events if e.kind == "retry"] == [1]
+
+
+def test_a_reviewer_finding_holding_a_lone_surrogate_does_not_break_the_actors_next_request(
+    tmp_path: Path, server: FakeOpenAI
+) -> None:
+    """A reviewer's finding whose message held an escaped lone surrogate was kept: it went into
+    the actor's next prompt, whose request could not be encoded, and the run escalated as the
+    actor's error. Such a reply is a malformed one now (a surrogate is not text), sampled
+    again, its spend charged."""
+    bad = (
+        '{"score": 0.1, "passed": false, "summary": "no", "findings": [{"artifact": "doc", '
+        '"part": "title", "dimension": "d", "message": "fix \\ud800 it", "severity": "error"}]}'
+    )
+    worse = {"score": 0.2, "passed": False, "summary": "try again", "findings": []}
+    good = {"score": 1.0, "passed": True, "summary": "fine", "findings": []}
+    server.script(ok(FIX), ok(FIX), model="actor-m")
+    server.script(
+        Reply(content=bad, prompt_tokens=7, completion_tokens=3), ok(worse), ok(good),
+        model="rev-m",
+    )  # fmt: skip
+    review = ChatReviewer("rev-m", base_url=server.base_url, rubric="r", timeout_s=5, price="1,2")
+    loop = lw.Loop(
+        name="faults",
+        actor=_actor(server),
+        verifiers=[lw.Check(fn=title), lw.Check(fn=review, name="review")],
+        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=3)),
+        retry=FAST,
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(loop, TASK)
+        events = rt.store.events(r.run_id)
+    assert r.accepted, r.packet
+    assert len(server.requests_for("actor-m")) == 2  # the second prompt was sent
+    assert "try again" in server.requests_for("actor-m")[1].text  # the resampled review's
+    calls = [e.data for e in events if e.kind == "model_call" and e.data["model"] == "rev-m"]
+    assert "lone surrogate (\\ud800)" in calls[0]["error"]
+    assert calls[0]["input_tokens"] == 7  # the refused reply's spend is kept
