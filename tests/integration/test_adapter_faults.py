@@ -17,6 +17,7 @@ from support.fake_openai import FakeOpenAI, Reply, fail, garbage, ok
 
 import loopwright as lw
 from loopwright.adapters import ChatActor, ChatReviewer, MalformedReplyError, PriceOverride
+from loopwright.adapters._image_reply import _tokens as _image_tokens
 
 TASK: dict[str, Any] = {"goal": "Fix the title", "artifacts": {"doc": {"title": "Helo"}}}
 FIX = {"edits": [{"artifact": "doc", "part": "title", "value": "Hello"}], "note": "fixed"}
@@ -234,7 +235,7 @@ def _body(content: Any, usage: Any = None, *, raw_usage: str | None = None) -> R
         ("lots", None),
         ({"prompt_tokens": 100, "completion_tokens": 5, "prompt_tokens_details": "x"}, None),
         (None, '{"prompt_tokens": NaN, "completion_tokens": Infinity}'),
-        ({"prompt_tokens": "1000", "completion_tokens": "100"}, None),
+        ({"prompt_tokens": "1e3", "completion_tokens": "-100"}, None),
     ],
 )
 def test_unusable_usage_from_the_server_counts_as_none_and_is_warned_of(
@@ -253,6 +254,24 @@ def test_unusable_usage_from_the_server_counts_as_none_and_is_warned_of(
     assert r.status == "accepted", r.packet
     assert r.spent.tokens < 2**40
     assert any("usage" in m for m in caplog.messages), caplog.messages
+
+
+def test_a_whole_number_sent_as_a_string_is_counted_and_priced(
+    tmp_path: Path, server: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``"prompt_tokens": "1000"`` without a ``total_tokens`` was counted 0 (the SDK reads the
+    strings as numbers only in a usage it can read whole, ``total_tokens`` included): the call
+    cost nothing and its tokens left the budget, where docs/models.md says it is read as 1000.
+    The image adapter's usage reads it the same way."""
+    usage = {"prompt_tokens": "1000", "completion_tokens": "100"}
+    server.script(_body(FIX, usage))
+    with caplog.at_level("WARNING", logger="loopwright.adapters"):
+        r, _ = _run(tmp_path, _actor(server))
+    assert r.accepted, r.packet
+    assert r.spent.tokens == 1100
+    assert r.spent.cost_usd == pytest.approx((1000 * 1.0 + 100 * 2.0) / 1e6)
+    assert not any("usage" in m for m in caplog.messages), caplog.messages
+    assert _image_tokens({"usage": {"input_tokens": "10", "output_tokens": "5"}}) == (10, 5, 15)
 
 
 @pytest.mark.parametrize(

@@ -73,22 +73,34 @@ class _Counts:
     problem: str | None = None
 
 
-def _count(usage: Mapping[str, Any], name: str, bad: list[str]) -> int:
-    """``usage[name]`` as a token count; 0, noted in ``bad``, when present but not a finite
-    number in [0, ``_MAX_CALL_TOKENS``] (a string, NaN, 2**63: the server's usage is not
-    trusted with the store)."""
-    value = usage.get(name)
-    if value is None:
-        return 0
+def token_count(value: Any) -> int | None:
+    """A server's token count as a whole number in [0, ``_MAX_CALL_TOKENS``] (a whole number
+    in ASCII digits, ``"1000"``, read as one: the SDK keeps it a string, and counting it 0
+    would let the call's spend disappear); ``None`` for anything else (another string, NaN,
+    2**63: the server's usage is not trusted with the store)."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 13:
+        value = int(value)
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
         or not 0 <= value <= _MAX_CALL_TOKENS  # NaN too
     ):
+        return None
+    return int(value)
+
+
+def _count(usage: Mapping[str, Any], name: str, bad: list[str]) -> int:
+    """``usage[name]`` as a token count (``token_count``); 0, noted in ``bad``, when present
+    but not one."""
+    value = usage.get(name)
+    if value is None:
+        return 0
+    count = token_count(value)
+    if count is None:
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
         bad.append(f"{name}={shown}")
         return 0
-    return int(value)
+    return count
 
 
 def _usage_of(body: Mapping[str, Any]) -> _Counts:
