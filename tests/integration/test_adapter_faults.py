@@ -16,7 +16,13 @@ from support.deadline_clock import HANG_S
 from support.fake_openai import FakeOpenAI, Reply, fail, garbage, ok
 
 import loopwright as lw
-from loopwright.adapters import ChatActor, ChatReviewer, MalformedReplyError, PriceOverride
+from loopwright.adapters import (
+    AsyncChatActor,
+    ChatActor,
+    ChatReviewer,
+    MalformedReplyError,
+    PriceOverride,
+)
 from loopwright.adapters._image_reply import _tokens as _image_tokens
 
 TASK: dict[str, Any] = {"goal": "Fix the title", "artifacts": {"doc": {"title": "Helo"}}}
@@ -675,3 +681,23 @@ def test_a_reviewer_finding_holding_a_lone_surrogate_does_not_break_the_actors_n
     calls = [e.data for e in events if e.kind == "model_call" and e.data["model"] == "rev-m"]
     assert "lone surrogate (\\ud800)" in calls[0]["error"]
     assert calls[0]["input_tokens"] == 7  # the refused reply's spend is kept
+
+
+@pytest.mark.parametrize("kind", [ChatActor, AsyncChatActor], ids=["sync", "async"])
+def test_a_streamed_request_answered_with_one_json_body_is_read_and_charged(
+    tmp_path: Path, server: FakeOpenAI, kind: type[ChatActor]
+) -> None:
+    """A server that ignores ``stream: true`` and answers one JSON completion (some proxies
+    and servers do) was read as a stream of no events: "the response has no choices", sampled
+    again until the retries were spent, each answer the server billed charged nothing. Its
+    completion is read as it is now."""
+    usage = {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}
+    server.script(_body(FIX, usage), model="actor-m")
+    actor = kind("actor-m", base_url=server.base_url, stream=True, timeout_s=5, price="1,2")
+    _MADE.append(actor)
+    r, _ = _run(tmp_path, actor)
+    assert r.accepted, r.packet
+    assert len(server.requests) == 1 and server.requests[0].body["stream"] is True
+    assert r.spent.tokens == 1100
+    assert r.spent.cost_usd == pytest.approx((1000 * 1.0 + 100 * 2.0) / 1e6)
+    assert actor.last_reply is not None and actor.last_reply.input_tokens == 1000
