@@ -701,3 +701,38 @@ def test_a_streamed_request_answered_with_one_json_body_is_read_and_charged(
     assert r.spent.tokens == 1100
     assert r.spent.cost_usd == pytest.approx((1000 * 1.0 + 100 * 2.0) / 1e6)
     assert actor.last_reply is not None and actor.last_reply.input_tokens == 1000
+
+
+@pytest.mark.parametrize("kind", [ChatActor, AsyncChatActor], ids=["sync", "async"])
+def test_a_plain_request_answered_with_server_sent_events_is_read_and_charged(
+    tmp_path: Path, server: FakeOpenAI, kind: type[ChatActor]
+) -> None:
+    """A server or proxy that always streams answered a plain request with events: the SDK
+    read them as text, "not a chat completion: str", sampled again until the retries were
+    spent, each answer the server billed charged nothing. The events are assembled now (a
+    chunk of an odd shape among them skipped, not a crash)."""
+    text = json.dumps(FIX)
+
+    def chunk(delta: Any, **extra: Any) -> str:
+        choice = {"index": 0, "delta": delta, "finish_reason": None}
+        return "data: " + json.dumps({"model": "actor-m", "choices": [choice], **extra}) + "\n\n"
+
+    usage = {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}
+    events = (
+        chunk({"role": "assistant", "content": text[:10]})
+        + chunk("not a delta")
+        + chunk({"content": text[10:], "tool_calls": "x"})
+        + "data: " + json.dumps({"model": "actor-m", "choices": [], "usage": usage}) + "\n\n"
+        + "data: [DONE]\n\n"
+    )  # fmt: skip
+    server.script(
+        Reply(raw_body=events.encode(), headers={"Content-Type": "text/event-stream"}),
+        model="actor-m",
+    )
+    actor = kind("actor-m", base_url=server.base_url, timeout_s=5, price="1,2")
+    _MADE.append(actor)
+    r, _ = _run(tmp_path, actor)
+    assert r.accepted, r.packet
+    assert len(server.requests) == 1 and "stream" not in server.requests[0].body
+    assert r.spent.tokens == 1100
+    assert r.spent.cost_usd == pytest.approx((1000 * 1.0 + 100 * 2.0) / 1e6)
