@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .._json import _deeper_than, lone_surrogate
+from .._json import _deeper_than, is_text, lone_surrogate
 from .._retry import TransientError
 from .._usage import Usage
 
@@ -191,6 +191,7 @@ MAX_DEPTH = 200
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")  # JSON's escape of a surrogate, paired or not
 
 
 def _candidates(text: str) -> list[str]:
@@ -239,7 +240,9 @@ def parse_reply(text: str | None, schema: Mapping[str, Any]) -> dict[str, Any]:
     if errors:
         shown = "; ".join(errors[:5]) + (f" (+{len(errors) - 5} more)" if len(errors) > 5 else "")
         raise MalformedReplyError(f"the reply does not fit the schema: {shown}", text)
-    bad = lone_surrogate(data)
+    # (walked only when the text could hold one: a surrogate escape, or a character not text)
+    maybe = _SURROGATE.search(text) or not (text.isascii() or is_text(text))
+    bad = lone_surrogate(data) if maybe else None
     if bad is not None:
         # JSON's \ud800 escape read alone: not text. Kept, it would reach the next prompt
         # (a reviewer's finding does) and fail that request as it is encoded, a permanent error
