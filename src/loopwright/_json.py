@@ -443,10 +443,11 @@ def lone_surrogate(value: Any) -> str | None:
     stack = [value]
     while stack:
         v = stack.pop()
-        if isinstance(v, str):
-            bad = next((c for c in v if 0xD800 <= ord(c) <= 0xDFFF), None)
-            if bad is not None:
-                return bad.encode("utf-8", "backslashreplace").decode("ascii")
+        if isinstance(v, str) and not v.isascii():
+            try:
+                v.encode("utf-8")  # in C: a model's 5 MB reply is checked in milliseconds
+            except UnicodeEncodeError as exc:
+                return v[exc.start].encode("utf-8", "backslashreplace").decode("ascii")
         elif isinstance(v, dict):
             stack.extend(v.keys())
             stack.extend(v.values())

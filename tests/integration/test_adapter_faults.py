@@ -13,10 +13,17 @@ from typing import Any
 
 import pytest
 from support.deadline_clock import HANG_S
-from support.fake_openai import FakeOpenAI, Reply, fail, ok
+from support.fake_openai import FakeOpenAI, Reply, fail, garbage, ok
 
 import loopwright as lw
-from loopwright.adapters import ChatActor, ChatReviewer, MalformedReplyError, PriceOverride
+from loopwright.adapters import (
+    AsyncChatActor,
+    ChatActor,
+    ChatReviewer,
+    MalformedReplyError,
+    PriceOverride,
+)
+from loopwright.adapters._image_reply import _tokens as _image_tokens
 
 TASK: dict[str, Any] = {"goal": "Fix the title", "artifacts": {"doc": {"title": "Helo"}}}
 FIX = {"edits": [{"artifact": "doc", "part": "title", "value": "Hello"}], "note": "fixed"}
@@ -234,7 +241,7 @@ def _body(content: Any, usage: Any = None, *, raw_usage: str | None = None) -> R
         ("lots", None),
         ({"prompt_tokens": 100, "completion_tokens": 5, "prompt_tokens_details": "x"}, None),
         (None, '{"prompt_tokens": NaN, "completion_tokens": Infinity}'),
-        ({"prompt_tokens": "1000", "completion_tokens": "100"}, None),
+        ({"prompt_tokens": "1e3", "completion_tokens": "-100"}, None),
     ],
 )
 def test_unusable_usage_from_the_server_counts_as_none_and_is_warned_of(
@@ -253,6 +260,24 @@ def test_unusable_usage_from_the_server_counts_as_none_and_is_warned_of(
     assert r.status == "accepted", r.packet
     assert r.spent.tokens < 2**40
     assert any("usage" in m for m in caplog.messages), caplog.messages
+
+
+def test_a_whole_number_sent_as_a_string_is_counted_and_priced(
+    tmp_path: Path, server: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``"prompt_tokens": "1000"`` without a ``total_tokens`` was counted 0 (the SDK reads the
+    strings as numbers only in a usage it can read whole, ``total_tokens`` included): the call
+    cost nothing and its tokens left the budget, where docs/models.md says it is read as 1000.
+    The image adapter's usage reads it the same way."""
+    usage = {"prompt_tokens": "1000", "completion_tokens": "100"}
+    server.script(_body(FIX, usage))
+    with caplog.at_level("WARNING", logger="loopwright.adapters"):
+        r, _ = _run(tmp_path, _actor(server))
+    assert r.accepted, r.packet
+    assert r.spent.tokens == 1100
+    assert r.spent.cost_usd == pytest.approx((1000 * 1.0 + 100 * 2.0) / 1e6)
+    assert not any("usage" in m for m in caplog.messages), caplog.messages
+    assert _image_tokens({"usage": {"input_tokens": "10", "output_tokens": "5"}}) == (10, 5, 15)
 
 
 @pytest.mark.parametrize(
@@ -602,3 +627,112 @@ def test_a_base_url_with_a_query_sends_it_with_every_request(server: FakeOpenAI,
     with pytest.raises(Exception) as caught:
         call()
     assert "unknown key ***" in str(caught.value) and "QSECRET42" not in str(caught.value)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_reply_holding_a_lone_surrogate_is_repaired_not_escalated(
+    tmp_path: Path, server: FakeOpenAI, stream: bool
+) -> None:
+    """A reply's text holding a lone surrogate (JSON's ``\\ud800`` escape in the body) was kept
+    as is for the repair turn: that request could not be encoded (UnicodeEncodeError), which
+    the engine took as the actor's permanent error, escalating after one call. It is shown
+    back escaped now, and the run goes on."""
+    server.script(garbage("Here you go \ud800"), ok(FIX), model="actor-m")
+    r, events = _run(tmp_path, _actor(server, stream=stream))
+    assert r.accepted, r.packet
+    assert len(server.requests) == 2
+    repair = server.requests[1].body["messages"]
+    assert repair[-2] == {"role": "assistant", "content": "Here you go \\ud800"}
+    assert [e.data["attempt"] for e in events if e.kind == "retry"] == [1]
+
+
+def test_a_reviewer_finding_holding_a_lone_surrogate_does_not_break_the_actors_next_request(
+    tmp_path: Path, server: FakeOpenAI
+) -> None:
+    """A reviewer's finding whose message held an escaped lone surrogate was kept: it went into
+    the actor's next prompt, whose request could not be encoded, and the run escalated as the
+    actor's error. Such a reply is a malformed one now (a surrogate is not text), sampled
+    again, its spend charged."""
+    bad = (
+        '{"score": 0.1, "passed": false, "summary": "no", "findings": [{"artifact": "doc", '
+        '"part": "title", "dimension": "d", "message": "fix \\ud800 it", "severity": "error"}]}'
+    )
+    worse = {"score": 0.2, "passed": False, "summary": "try again", "findings": []}
+    good = {"score": 1.0, "passed": True, "summary": "fine", "findings": []}
+    server.script(ok(FIX), ok(FIX), model="actor-m")
+    server.script(
+        Reply(content=bad, prompt_tokens=7, completion_tokens=3), ok(worse), ok(good),
+        model="rev-m",
+    )  # fmt: skip
+    review = ChatReviewer("rev-m", base_url=server.base_url, rubric="r", timeout_s=5, price="1,2")
+    loop = lw.Loop(
+        name="faults",
+        actor=_actor(server),
+        verifiers=[lw.Check(fn=title), lw.Check(fn=review, name="review")],
+        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=3)),
+        retry=FAST,
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(loop, TASK)
+        events = rt.store.events(r.run_id)
+    assert r.accepted, r.packet
+    assert len(server.requests_for("actor-m")) == 2  # the second prompt was sent
+    assert "try again" in server.requests_for("actor-m")[1].text  # the resampled review's
+    calls = [e.data for e in events if e.kind == "model_call" and e.data["model"] == "rev-m"]
+    assert "lone surrogate (\\ud800)" in calls[0]["error"]
+    assert calls[0]["input_tokens"] == 7  # the refused reply's spend is kept
+
+
+@pytest.mark.parametrize("kind", [ChatActor, AsyncChatActor], ids=["sync", "async"])
+def test_a_streamed_request_answered_with_one_json_body_is_read_and_charged(
+    tmp_path: Path, server: FakeOpenAI, kind: type[ChatActor]
+) -> None:
+    """A server that ignores ``stream: true`` and answers one JSON completion (some proxies
+    and servers do) was read as a stream of no events: "the response has no choices", sampled
+    again until the retries were spent, each answer the server billed charged nothing. Its
+    completion is read as it is now."""
+    usage = {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}
+    server.script(_body(FIX, usage), model="actor-m")
+    actor = kind("actor-m", base_url=server.base_url, stream=True, timeout_s=5, price="1,2")
+    _MADE.append(actor)
+    r, _ = _run(tmp_path, actor)
+    assert r.accepted, r.packet
+    assert len(server.requests) == 1 and server.requests[0].body["stream"] is True
+    assert r.spent.tokens == 1100
+    assert r.spent.cost_usd == pytest.approx((1000 * 1.0 + 100 * 2.0) / 1e6)
+    assert actor.last_reply is not None and actor.last_reply.input_tokens == 1000
+
+
+@pytest.mark.parametrize("kind", [ChatActor, AsyncChatActor], ids=["sync", "async"])
+def test_a_plain_request_answered_with_server_sent_events_is_read_and_charged(
+    tmp_path: Path, server: FakeOpenAI, kind: type[ChatActor]
+) -> None:
+    """A server or proxy that always streams answered a plain request with events: the SDK
+    read them as text, "not a chat completion: str", sampled again until the retries were
+    spent, each answer the server billed charged nothing. The events are assembled now (a
+    chunk of an odd shape among them skipped, not a crash)."""
+    text = json.dumps(FIX)
+
+    def chunk(delta: Any, **extra: Any) -> str:
+        choice = {"index": 0, "delta": delta, "finish_reason": None}
+        return "data: " + json.dumps({"model": "actor-m", "choices": [choice], **extra}) + "\n\n"
+
+    usage = {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}
+    events = (
+        chunk({"role": "assistant", "content": text[:10]})
+        + chunk("not a delta")
+        + chunk({"content": text[10:], "tool_calls": "x"})
+        + "data: " + json.dumps({"model": "actor-m", "choices": [], "usage": usage}) + "\n\n"
+        + "data: [DONE]\n\n"
+    )  # fmt: skip
+    server.script(
+        Reply(raw_body=events.encode(), headers={"Content-Type": "text/event-stream"}),
+        model="actor-m",
+    )
+    actor = kind("actor-m", base_url=server.base_url, timeout_s=5, price="1,2")
+    _MADE.append(actor)
+    r, _ = _run(tmp_path, actor)
+    assert r.accepted, r.packet
+    assert len(server.requests) == 1 and "stream" not in server.requests[0].body
+    assert r.spent.tokens == 1100
+    assert r.spent.cost_usd == pytest.approx((1000 * 1.0 + 100 * 2.0) / 1e6)

@@ -74,6 +74,27 @@ MAX_REPLY_BYTES = 32 * 2**20
 as JSON); a larger one fails as ``ReplyTooLarge``, permanent, instead of filling memory."""
 
 
+def _not_streamed(completion: Any) -> Any:
+    """The HTTP response of a streamed request that the server answered with one JSON body
+    (it ignored ``stream``: some proxies and servers do); ``None`` for a stream of events."""
+    response = getattr(completion, "response", None)
+    kind = str(response.headers.get("content-type", "")).lower() if response is not None else ""
+    return response if "json" in kind and "event-stream" not in kind else None
+
+
+def _plain_body(raw: bytes) -> Mapping[str, Any]:
+    """A whole completion sent in answer to a streamed request. Read as events it was a reply
+    with no choices and no usage: sampled again and again, each answer the server billed
+    charged nothing."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise MalformedReplyError(
+            "the server answered the streamed request with a body marked JSON that is not JSON"
+        ) from None
+    return _body_of(data)
+
+
 class _ChatClient(SdkClients):
     """What actors and reviewers share to send a request: endpoint, client, structured output."""
 
@@ -317,9 +338,14 @@ class _ChatClient(SdkClients):
             if not self.stream:
                 return _body_of(completion), mode, time.perf_counter() - t0, None
             acc = _Stream(t0)
+            plain = _not_streamed(completion)
             try:
+                if plain is not None:  # a server that ignored ``stream``: its whole completion
+                    return _plain_body(plain.read()), mode, time.perf_counter() - t0, None
                 for chunk in completion:
                     acc.add(chunk)
+            except MalformedReplyError:
+                raise
             except PermanentError as exc:  # a reply too large: no sample will be smaller
                 _name_the_call(exc, self.model, self._endpoint)
                 raise
@@ -347,9 +373,15 @@ class _ChatClient(SdkClients):
             if not self.stream:
                 return _body_of(completion), mode, time.perf_counter() - t0, None
             acc = _Stream(t0)
+            plain = _not_streamed(completion)
             try:
+                if plain is not None:  # (as in _request)
+                    body = _plain_body(await plain.aread())
+                    return body, mode, time.perf_counter() - t0, None
                 async for chunk in completion:
                     acc.add(chunk)
+            except MalformedReplyError:
+                raise
             except PermanentError as exc:  # (as in _request)
                 _name_the_call(exc, self.model, self._endpoint)
                 raise

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from .._errors import ConfigError
 from .._usage import Usage
 from ._prices import Priced
+from ._reply import token_count
 
 __all__ = ["ImagePrice", "ImageResult"]
 
@@ -103,10 +104,4 @@ def _tokens(body: Mapping[str, Any]) -> tuple[int, int, int]:
 def _int(value: Any) -> int:
     # a server's usage is untrusted: NaN, infinity or 2**63 count 0 rather than fail the call
     # or the run's commit (as the chat adapters' ``_usage_of``)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not 0 <= value <= 2**40  # NaN too
-    ):
-        return 0
-    return int(value)
+    return token_count(value) or 0

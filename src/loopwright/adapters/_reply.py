@@ -4,6 +4,7 @@ assembled into the body of a plain completion."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -73,22 +74,34 @@ class _Counts:
     problem: str | None = None
 
 
-def _count(usage: Mapping[str, Any], name: str, bad: list[str]) -> int:
-    """``usage[name]`` as a token count; 0, noted in ``bad``, when present but not a finite
-    number in [0, ``_MAX_CALL_TOKENS``] (a string, NaN, 2**63: the server's usage is not
-    trusted with the store)."""
-    value = usage.get(name)
-    if value is None:
-        return 0
+def token_count(value: Any) -> int | None:
+    """A server's token count as a whole number in [0, ``_MAX_CALL_TOKENS``] (a whole number
+    in ASCII digits, ``"1000"``, read as one: the SDK keeps it a string, and counting it 0
+    would let the call's spend disappear); ``None`` for anything else (another string, NaN,
+    2**63: the server's usage is not trusted with the store)."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 13:
+        value = int(value)
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
         or not 0 <= value <= _MAX_CALL_TOKENS  # NaN too
     ):
+        return None
+    return int(value)
+
+
+def _count(usage: Mapping[str, Any], name: str, bad: list[str]) -> int:
+    """``usage[name]`` as a token count (``token_count``); 0, noted in ``bad``, when present
+    but not one."""
+    value = usage.get(name)
+    if value is None:
+        return 0
+    count = token_count(value)
+    if count is None:
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
         bad.append(f"{name}={shown}")
         return 0
-    return int(value)
+    return count
 
 
 def _usage_of(body: Mapping[str, Any]) -> _Counts:
@@ -154,12 +167,33 @@ def _usable(
         raise MalformedReplyError(f"the reply cannot be used: {exc}", text or "") from None
 
 
+def _events_body(text: str) -> dict[str, Any] | None:
+    """A reply sent as server-sent events to a request that did not ask for a stream (a server
+    or proxy that always streams), assembled into the body of a plain completion; ``None``
+    when ``text`` is not such events. Read as a body that is not a completion, it was sampled
+    again until the retries were spent, each answer the server billed charged nothing."""
+    acc = _Stream(time.perf_counter())
+    seen = False
+    for line in text.splitlines():
+        if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+            continue
+        try:
+            chunk = json.loads(line[5:])
+        except (ValueError, RecursionError):
+            return None
+        acc.add(chunk)
+        seen = True
+    return acc.body() if seen else None
+
+
 def _body_of(completion: Any) -> Mapping[str, Any]:
     # warnings=False: a field of the wrong type (usage 1e300 where an int is declared) is read
     # by ``_usage_of``; pydantic's serializer warning would be an error under ``-W error``
     body = (
         completion.model_dump(warnings=False) if hasattr(completion, "model_dump") else completion
     )
+    if isinstance(body, str):  # the SDK's reading of a body that is not JSON
+        body = _events_body(body) or body
     if not isinstance(body, Mapping):
         raise MalformedReplyError(
             f"the server's response is not a chat completion: {type(body).__name__}"
@@ -195,13 +229,15 @@ class _Stream:
             if not isinstance(choice, Mapping) or (choice.get("index") or 0) != 0:
                 continue
             self.chosen = True
-            delta = choice.get("delta") or {}
+            delta = choice.get("delta")
+            delta = delta if isinstance(delta, Mapping) else {}  # the server's shapes: untrusted
             pieces = [delta.get("content"), delta.get("refusal")]
             if isinstance(delta.get("content"), str):
                 self.content.append(delta["content"])
             if isinstance(delta.get("refusal"), str):
                 self.refusal.append(delta["refusal"])
-            for call in delta.get("tool_calls") or ():
+            calls = delta.get("tool_calls")
+            for call in calls if isinstance(calls, list) else ():
                 fn = call.get("function") if isinstance(call, Mapping) else None
                 if isinstance(fn, Mapping):
                     self.tool_name = fn.get("name") or self.tool_name

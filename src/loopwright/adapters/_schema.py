@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .._json import _deeper_than
+from .._json import _deeper_than, is_text, lone_surrogate
 from .._retry import TransientError
 from .._usage import Usage
 
@@ -38,7 +38,9 @@ class MalformedReplyError(TransientError):
 
     Attributes:
         reason: what was wrong, naming the JSON path at fault.
-        raw: the start of the reply as received (at most 2,000 characters).
+        raw: the start of the reply as received (at most 2,000 characters), a lone surrogate
+            in it escaped (``\\ud800``): it is shown back to the model in a repair turn, and a
+            request holding one cannot be sent (not UTF-8).
         usage: what the malformed reply cost (set by the adapter). Inside an engine call the
             engine charges it (journaled with the failed attempt); outside one the adapter also
             adds it to the same ``bill_to``'s next successful call, so a caller that charges it
@@ -49,7 +51,7 @@ class MalformedReplyError(TransientError):
 
     def __init__(self, reason: str, raw: str = "") -> None:
         self.reason = reason
-        self.raw = raw[:2000]
+        self.raw = raw[:2000].encode("utf-8", "backslashreplace").decode("utf-8")
         self.usage: Usage | None = None
         self.reply: Any = None
         super().__init__(f"malformed model reply: {reason}")
@@ -189,6 +191,7 @@ MAX_DEPTH = 200
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")  # JSON's escape of a surrogate, paired or not
 
 
 def _candidates(text: str) -> list[str]:
@@ -237,4 +240,15 @@ def parse_reply(text: str | None, schema: Mapping[str, Any]) -> dict[str, Any]:
     if errors:
         shown = "; ".join(errors[:5]) + (f" (+{len(errors) - 5} more)" if len(errors) > 5 else "")
         raise MalformedReplyError(f"the reply does not fit the schema: {shown}", text)
+    # (walked only when the text could hold one: a surrogate escape, or a character not text)
+    maybe = _SURROGATE.search(text) or not (text.isascii() or is_text(text))
+    bad = lone_surrogate(data) if maybe else None
+    if bad is not None:
+        # JSON's \ud800 escape read alone: not text. Kept, it would reach the next prompt
+        # (a reviewer's finding does) and fail that request as it is encoded, a permanent error
+        raise MalformedReplyError(
+            f"the reply holds a lone surrogate ({bad}), which is not text: write the character "
+            "itself or leave it out",
+            text,
+        )
     return dict(data)
