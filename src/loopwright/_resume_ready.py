@@ -118,7 +118,7 @@ _LEFT_ON_PURPOSE = frozenset(
     }
 )
 _STARTS = frozenset({"started", "resumed"})
-_PAGE = 64
+_PAGE = 16  # (a crashed execution leaves one event; a page or two reach the count's end)
 
 
 def crashes_at(store: Store, run_id: str, cycle: int) -> int:
