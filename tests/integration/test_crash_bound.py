@@ -11,6 +11,7 @@ a fresh process each time.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ import pytest
 
 import loopwright as lw
 from loopwright._errors import ConfigError
+from loopwright._worker import Worker
 
 RUNNER = Path(__file__).resolve().parent / "crashbound" / "runner.py"
 DIED = 137  # the runner's os._exit
@@ -111,6 +113,36 @@ def test_max_crashes_zero_escalates_at_the_first_crash(url: str, tmp_path: Path)
     assert result["status"] == "escalated"
     assert "crashed 1 time at cycle 2" in result["packet"]["stop_cause"]
     assert _calls(work) == [1, 2]
+
+
+def test_a_worker_ends_a_crash_loop_and_claims_it_no_more(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "w"
+    for _ in range(lw.DEFAULT_MAX_CRASHES + 1):
+        rc, _ = _run(url, "crashy", work, CB_EXIT_AT="2:1000")
+        assert rc == DIED
+    # the runner's loop, built here without the crash (had the worker driven the cycle, the
+    # actor would have run and the run been accepted)
+    monkeypatch.delenv("CB_EXIT_AT", raising=False)
+    monkeypatch.syspath_prepend(str(RUNNER.parent))
+    from runner import _loop  # type: ignore[import-not-found]
+
+    loop = _loop(work)
+    with lw.Runtime(url) as rt:
+        # the dead process's lease lapsed, as it would after its TTL (no waiting here)
+        store: Any = rt.store
+        with store._tx() as conn:
+            conn.execute(
+                f"UPDATE runs SET lease_expires_at = {store._MARK} WHERE lease_owner IS NOT NULL",
+                (store.clock() - 1,),
+            )
+        stats = asyncio.run(Worker(rt, loops={loop.name: loop}, poll_s=0.001).run(once=True))
+        assert (stats.claimed, dict(stats.ended)) == (1, {"escalated": 1}), stats
+        again = asyncio.run(Worker(rt, loops={loop.name: loop}, poll_s=0.001).run(once=True))
+        assert again.claimed == 0, again
+        assert rt.store.get_run("crashy").status == "escalated"
+    assert _calls(work) == [1, *[2] * 6]
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "3"])
