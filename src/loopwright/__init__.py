@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._contract import (
+        DEFAULT_MAX_CRASHES,
         DEFAULT_MAX_CYCLES,
         RUN_STATUSES,
         STOP_REASONS,
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
     __version__: str
 
 __all__ = [
+    "DEFAULT_MAX_CRASHES",
     "DEFAULT_MAX_CYCLES",
     "DEFAULT_STRENGTH",
     "EFFECT_KINDS",
@@ -143,7 +145,7 @@ __all__ = [
 # `import loopwright` stays cheap (the CLI and short scripts start fast): each name is imported
 # from its module on first use (PEP 562); `from loopwright import X` works as before.
 _LAZY_FROM = {
-    "._contract": "DEFAULT_MAX_CYCLES RUN_STATUSES STOP_REASONS Budget Contract Escalation MarginalReturn NoProgress RiskRule StopReason Success",
+    "._contract": "DEFAULT_MAX_CRASHES DEFAULT_MAX_CYCLES RUN_STATUSES STOP_REASONS Budget Contract Escalation MarginalReturn NoProgress RiskRule StopReason Success",
     "._effects": "EFFECT_KINDS Effect EffectCall EffectResult effect",
     "._engine": "RunResult Runtime",
     "._errors": "ApprovalError ConfigError ConflictError LoopwrightError RunNotFoundError SpecError StaleLeaseError StoreCorruptError StoreError StoreUnavailableError EffectKeyHeld NotPermittedError",

@@ -24,6 +24,7 @@ from ._record_codec import refer_versions
 from ._redact import redact, redact_unique
 from ._redact_logs import masked_logger
 from ._state import Digests
+from ._usage import MAX_RUN_TOKENS, Usage
 from .store import ClosedApproval, CommitRequest, NewApproval, NewEvent
 
 __all__ = ["NOTES_WINDOW", "Checkpoints"]
@@ -63,6 +64,10 @@ class Checkpoints(RuntimeHost):
         if ex.phase is not None:  # (a phase hook is set by the crash tests only)
             ex.at("before_checkpoint")
         s = ex.state
+        if s.spent.tokens > MAX_RUN_TOKENS:
+            # a total no store holds (a cycle's calls charged on a park or an end before
+            # ``_conclude`` checks them): kept at the bound, not failed in the commit (stop 52)
+            s.spent = Usage._stored(s.spent.cost_usd, MAX_RUN_TOKENS, s.spent.seconds)
         cols = {
             "cycle": s.cycle,
             "best_score": s.best_score,

@@ -30,7 +30,7 @@ from ._proposal import Proposal, Verdict
 from ._question import Question
 from ._record_codec import packed_record, packed_usage
 from ._state import Finding, TaskState, person_edit
-from ._usage import MAX_TOKENS, Usage
+from ._usage import MAX_RUN_TOKENS, MAX_TOKENS, Usage
 from .store import NewEvent
 
 __all__ = ["Concluding"]
@@ -230,6 +230,22 @@ class Concluding(RuntimeHost):
             judged=judged,
         )
 
+    def _too_many_tokens(self, ex: _Exec, n: int, cycle_tokens: int, t0: float) -> bool:
+        """End the run ``escalated`` for token counts no store can hold (``_conclude``): the
+        cycle is not concluded; its spend is charged, the run's total kept at what a store
+        holds."""
+        spent = ex.state.spent
+        total = spent.tokens
+        if total > MAX_RUN_TOKENS:
+            ex.state.spent = Usage._stored(spent.cost_usd, MAX_RUN_TOKENS, spent.seconds)
+        return self._abort(
+            ex,
+            t0,
+            "escalated",
+            cause=_tokens_cause(n, cycle_tokens, total),
+            evidence={"field": "Usage.tokens", "cycle_tokens": cycle_tokens, "run_tokens": total},
+        )
+
     def _conclude(
         self,
         ex: _Exec,
@@ -255,6 +271,14 @@ class Concluding(RuntimeHost):
         if ex.retries:  # (most cycles owe nothing: no call of settle_owed's loop)
             settle_owed(self.store, ex, n)  # a call killed after its answer, not asked again
         old, loop, contract = ex.state, ex.loop, ex.contract
+        # (the cycle's priced calls read once: their sum, who bills, the record's rows)
+        cost, tokens, billed, calls_packed = cycle_calls(ex.calls, old.billed)
+        # Token counts no store can hold (each call's is at most MAX_TOKENS, their sum is
+        # not): the run escalates, naming the field, before anything of the cycle is changed
+        # or committed. Raised instead, the run stayed ``running`` and raised again on every
+        # resume; a total past MAX_RUN_TOKENS failed the commit (stop 52).
+        if tokens > MAX_TOKENS or old.spent.tokens > MAX_RUN_TOKENS:
+            return self._too_many_tokens(ex, n, tokens, t0)
         s = candidate if candidate is not None else old
         effective: str | None = None
         if judged is not None and decision is None:
@@ -321,8 +345,7 @@ class Concluding(RuntimeHost):
         s.score = score
         s.spent = old.spent.add_seconds(time.perf_counter() - t0)
         s.held_out_spent = old.held_out_spent
-        # (the cycle's priced calls read once: their sum, who bills, the record's rows)
-        cost, tokens, s.billed, calls_packed = cycle_calls(ex.calls, old.billed)
+        s.billed = billed
         decision = decision or ("accepted" if ok else "revise")
         # A bounded window: older cycles are in the checkpoints' records (invariant 8).
         keep = max(0, self.history_window - 1)
@@ -348,11 +371,9 @@ class Concluding(RuntimeHost):
         held_p: dict[str, Any] = {}
         for k, v in held.items():
             held_p[k] = v.to_packed_dict(k)
-        # A token count no usage may hold is refused, as ever (a commit would overflow). Its
-        # cost is not checked against a call's bound (``MAX_AMOUNT``): a sum of checked
-        # amounts, a float that cannot overflow (stop 52: two calls of 2**53 USD raised here).
-        if tokens > MAX_TOKENS:
-            Usage(0.0, tokens)  # (raises ConfigError, naming Usage.tokens)
+        # (its tokens were checked above; its cost is not checked against a call's bound,
+        # ``MAX_AMOUNT``: a sum of checked amounts, a float that cannot overflow; stop 52: two
+        # calls of 2**53 USD raised here)
         spent = Usage._stored(cost, tokens, s.spent.seconds - old.spent.seconds)
         # (a cycle that made no attempt is no paid one: the next attempt is projected at the
         # mean of attempts; its spend still counts, so the projection errs on the dear side)
@@ -477,6 +498,22 @@ class Concluding(RuntimeHost):
 
 
 _KIND = operator.methodcaller("get", "kind")
+
+
+def _tokens_cause(n: int, cycle_tokens: int, total: int) -> str:
+    """The stop's words for a cycle whose token counts no store can hold."""
+    if cycle_tokens > MAX_TOKENS:
+        what = (
+            f"the calls of cycle {n} reported {cycle_tokens} tokens in all, more than the "
+            f"{MAX_TOKENS} (2**53, MAX_TOKENS) a cycle may record"
+        )
+    else:
+        what = (
+            f"cycle {n} took the run's total to {total} tokens, more than the "
+            f"{MAX_RUN_TOKENS} (2**63 - 1, MAX_RUN_TOKENS) a store holds (the total is kept "
+            "at that bound)"
+        )
+    return f"Usage.tokens: {what}; check what the actor and the checks report as tokens"
 
 
 def _failed_edits(s: TaskState, visible: Mapping[str, Verdict]) -> list[str]:

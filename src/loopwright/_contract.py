@@ -16,8 +16,10 @@ from typing import Any, Literal, cast
 
 from . import _shapes as shapes
 from ._errors import ConfigError
+from ._usage import MAX_RUN_TOKENS
 
 __all__ = [
+    "DEFAULT_MAX_CRASHES",
     "DEFAULT_MAX_CYCLES",
     "RUN_STATUSES",
     "STOP_REASONS",
@@ -76,6 +78,14 @@ RUN_STATUSES: tuple[str, ...] = (
 # seed 200615 ran for ever). As LangGraph's ``recursion_limit`` (25) bounds a graph nobody
 # bounded; a contract that sets max_cycles, max_seconds or a no_progress rule chooses its own.
 DEFAULT_MAX_CYCLES = 1_000
+
+# How many times the executor of a run may die in one cycle (a kill -9, an out-of-memory kill,
+# a crash in native code, ``os._exit``) before a resume ends the run ``escalated`` instead of
+# driving that cycle again (``Budget.max_crashes`` sets it). A crash is never a failed attempt
+# a retry bound counts (nothing is journaled when the process dies), so without this bound an
+# actor that kills its process every time was called on every resume for ever (stop 52). As
+# DBOS's ``max_recovery_attempts``.
+DEFAULT_MAX_CRASHES = 5
 
 
 # Set while the engine builds a budget carrying ``max_cycles_default`` (``engine_marks``): its
@@ -242,7 +252,13 @@ class Budget:
     (``DEFAULT_MAX_CYCLES``), not the author's: the contract had only spend budgets
     (``Contract.with_default_ceiling``). A stop at it says so; it holds only beside that
     ceiling (a ``max_cycles`` set to another number is the author's). The engine's mark, not a
-    setting: a ``Budget`` built with it outside the engine (``engine_marks``) is refused."""
+    setting: a ``Budget`` built with it outside the engine (``engine_marks``) is refused.
+
+    ``max_crashes``: how many times the run's executor may die in the middle of one cycle
+    (killed, out of memory, a crash in native code) and that cycle still be driven again on
+    resume; a resume that finds more ends the run ``escalated`` (``None``: the default,
+    ``DEFAULT_MAX_CRASHES``; ``0``: the first crash escalates). Not a limit that ends a
+    run by itself: a contract still needs one of the others."""
 
     max_cycles: int | None = None
     max_cost_usd: float | None = None
@@ -250,9 +266,11 @@ class Budget:
     max_seconds: float | None = None
     max_cycles_key: str | None = None
     max_cycles_default: bool = False
+    max_crashes: int | None = None
 
     def __post_init__(self) -> None:
         _num(self.max_cycles, "contract.budget.max_cycles", integer=True)
+        _num(self.max_crashes, "contract.budget.max_crashes", integer=True)
         if not isinstance(self.max_cycles_default, bool):
             raise ConfigError("must be true or false", field="contract.budget.max_cycles_default")
         if self.max_cycles_default and not _ENGINE_MARKS.get():
@@ -272,6 +290,16 @@ class Budget:
             )
         _num(self.max_cost_usd, "contract.budget.max_cost_usd")
         _num(self.max_tokens, "contract.budget.max_tokens", integer=True)
+        for name in ("max_cycles", "max_tokens"):
+            value = getattr(self, name)
+            if value is not None and value > MAX_RUN_TOKENS:
+                # a run's total, or cycle, past it cannot be stored: the budget could never be
+                # reached, and a run that went on toward it failed its commit (stop 52)
+                raise ConfigError(
+                    f"must be at most 2**63 - 1 (MAX_RUN_TOKENS, the largest count a store "
+                    f"holds), got {value:.4g}",
+                    field=f"contract.budget.{name}",
+                )
         _num(self.max_seconds, "contract.budget.max_seconds")
         if self.max_cycles == 0:
             raise ConfigError("must be at least 1", field="contract.budget.max_cycles")
@@ -637,6 +665,8 @@ class Contract:
         for optional in ("max_cycles_key", "max_cycles_default"):
             if not budget[optional]:
                 del budget[optional]  # snapshots of contracts without one stay as they were
+        if budget["max_crashes"] is None:
+            del budget["max_crashes"]  # (the default: 0 is a setting)
         return {
             "success": sec(self.success),
             "no_progress": sec(self.no_progress) if self.no_progress else None,

@@ -53,7 +53,7 @@ from ._result import (
     _lasting,
     _Read,  # noqa: F401  (results pickled before it moved name it here)
 )
-from ._resume_ready import Resuming
+from ._resume_ready import Resuming, crash_bound, crash_cause, crashes_at
 from ._reversal import Reparked, run_compensations
 from ._run_create import Creating
 from ._store_folder import missing_schema_error, missing_store_folder
@@ -563,6 +563,20 @@ class Runtime(
                 return
             owed = True
         else:
+            if rec.status == "running":
+                # Its executor died mid-cycle (the run is resumed while ``running``): past the
+                # contract's crash bound at this cycle, ended instead of driven again.
+                crashes = crashes_at(self.store, ex.run_id, ex.state.cycle)
+                bound = crash_bound(ex.contract)
+                if crashes > bound:
+                    at = ex.state.cycle + 1
+                    self._finish(
+                        ex,
+                        "escalated",
+                        cause=crash_cause(crashes, at, bound),
+                        evidence={"crashes": crashes, "cycle": at, "max_crashes": bound},
+                    )
+                    return
             owed = True
             self._commit_status(ex, "running")
         reflect = False

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._contract import TERMINAL_STATUSES, Contract, contract_from_snapshot
+from ._contract import DEFAULT_MAX_CRASHES, TERMINAL_STATUSES, Contract, contract_from_snapshot
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
 from ._exec import fit_history
@@ -106,3 +106,60 @@ def _compensating(store: Store, run_id: str) -> bool:
     """Whether an ended run still has compensations to run (a cancelled run's)."""
     pending = store.latest_checkpoint(run_id).state.get("pending") or {}
     return bool(pending.get("stage") == "compensations")
+
+
+# Events after which the run was left on purpose, not by a dying process: a park for a person,
+# a decision, a rollback, a drain at shutdown, an end. An execution's ``started``/``resumed``
+# event with none of these after it, on a run still ``running``, is one that died mid-cycle.
+_LEFT_ON_PURPOSE = frozenset(
+    {
+        *("approval_requested", "approval_decided", "still_waiting", "rolled_back"),
+        *("stopped", "drained", "compensation_reused"),
+    }
+)
+_STARTS = frozenset({"started", "resumed"})
+_PAGE = 16  # (a crashed execution leaves one event; a page or two reach the count's end)
+
+
+def crashes_at(store: Store, run_id: str, cycle: int) -> int:
+    """How many executions of a ``running`` run died while driving the cycle after ``cycle``
+    (its last concluded one) since that cycle concluded: read from the end of its event log at
+    resume (each execution commits its ``started``/``resumed`` event with the status, before
+    its first call), never during a cycle (invariant 8).
+
+    Read backwards up to a ``_LEFT_ON_PURPOSE`` event: the newest execution died (the run is
+    resumed while ``running`` and nothing after its start says it left on purpose); so did each
+    earlier one that started at ``cycle`` (it concluded nothing). The execution that concluded
+    ``cycle`` (started before it: its start, or an event of an earlier cycle, is met first)
+    died after it, and is the last counted."""
+    count, before = 0, None
+    while True:
+        page = store.events_tail(run_id, before_id=before, limit=_PAGE)
+        for e in page:
+            if e.kind in _LEFT_ON_PURPOSE:
+                return count
+            if e.kind in _STARTS:
+                count += 1
+                if e.cycle < cycle:
+                    return count
+            elif e.cycle < cycle:
+                return count + 1
+        if len(page) < _PAGE:
+            return count
+        before = page[-1].id
+
+
+def crash_bound(contract: Contract) -> int:
+    """The crashes one cycle may have and still be driven again (``Budget.max_crashes``)."""
+    bound = contract.budget.max_crashes
+    return DEFAULT_MAX_CRASHES if bound is None else bound
+
+
+def crash_cause(crashes: int, cycle: int, bound: int) -> str:
+    """The stop's words for a run ended by its crash bound."""
+    return (
+        f"the run's executor crashed {crashes} time{'s' * (crashes != 1)} at cycle {cycle} "
+        "(killed, out of memory, "
+        f"a crash in native code or os._exit) and budget.max_crashes allows {bound}: escalated "
+        "instead of driving the cycle again; find what kills the process, then fork the run"
+    )

@@ -11,7 +11,7 @@ from typing import Any
 from ._errors import ConfigError
 from ._frozen import quick_init, twin_of
 
-__all__ = ["MAX_AMOUNT", "MAX_TOKENS", "Usage", "plain_usage"]
+__all__ = ["MAX_AMOUNT", "MAX_RUN_TOKENS", "MAX_TOKENS", "Usage", "plain_usage"]
 
 _set = object.__setattr__  # what a frozen dataclass's __init__ calls
 
@@ -20,6 +20,12 @@ MAX_TOKENS = 2**53
 number a float (and a JSON reader such as the dashboard's) holds exactly. A larger count is
 refused where it is made, so no reported value can fail a commit (SQLite's INTEGER stops at
 2**63 - 1)."""
+
+MAX_RUN_TOKENS = 2**63 - 1
+"""The most tokens a run's total may reach: the largest integer a store's column holds (SQLite's
+INTEGER, PostgreSQL's BIGINT). A cycle that would take the total past it ends the run
+``escalated`` (``_conclude``), and a budget past it is refused (``Budget``): a total past it
+failed the commit with ``OverflowError``, leaving the run ``running`` for ever (stop 52)."""
 
 MAX_AMOUNT = 2.0**53
 """The most ``cost_usd`` (or ``seconds``) one ``Usage`` may report: far beyond any real call
