@@ -17,6 +17,7 @@ from rich.text import Text
 
 from .._decide import at_default_ceiling, record_no_attempt
 from .._lineage import Lineage, lineage_text
+from .._mid_cycle_records import asked_before_parked
 from ._table import STATUS_STYLE, interrupted, printable
 
 if TYPE_CHECKING:
@@ -182,9 +183,24 @@ def _asked(prop: dict[str, Any]) -> list[str]:
     return out
 
 
+def _parked_in(item: tuple[int, dict[str, Any] | None]) -> object:
+    """The cycle of a parked cycle's marker record, else None."""
+    rec = item[1]
+    return rec.get("cycle") if rec and rec.get("decision") == "parked" else None
+
+
+def _asked_in(item: tuple[int, dict[str, Any] | None]) -> object:
+    """The cycle of a concluded cycle's record that asked a question, else None."""
+    rec = item[1]
+    return (
+        rec.get("cycle") if rec and "proposal" in rec and rec.get("decision") == "asked" else None
+    )
+
+
 def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iterator[_Row]:
-    """Each timeline row, as ``records`` is read."""
-    for cycle_of, rec in records:
+    """Each timeline row, as ``records`` is read (a question's row ahead of its cycle's
+    parked marker: ``asked_before_parked``)."""
+    for cycle_of, rec in asked_before_parked(records, _parked_in, _asked_in):
         if not rec or "proposal" not in rec:
             if rec and rec.get("ended_inside"):  # the cycle the run ended inside: no record
                 cost = (rec.get("usage") or {}).get("cost_usd", 0)
