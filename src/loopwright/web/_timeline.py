@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from .._decide import record_no_attempt
+from .._edit_check import behind_text
 from .._finishing import ended_inside
 from .._mid_cycle_records import (
     asked_before_parked,
@@ -185,6 +186,10 @@ def _cycle_row(ck: Checkpoint, rec: dict[str, Any]) -> dict[str, Any]:
         if checked
         else ("request denied" if rec.get("check_only") else prop.get("kind")),
         "check_only": checked,
+        # effects run with the values the person's edit replaced, not run again
+        "effects_not_rerun": behind_text(rec["effects_not_rerun"])
+        if checked and rec.get("effects_not_rerun")
+        else "",
         "replace": list(prop.get("replace") or []),
         "edits": edits,
         "note": prop.get("note") or "",
