@@ -187,4 +187,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    """The public API and the module's dunders: not its helpers (``_LAZY``), nor the names
+    its own code imports (``Any``, ``TYPE_CHECKING``, ``annotations``: polish52), which
+    ``dir(loopwright)`` and a REPL's completion offered as if they were loopwright's."""
+    return sorted({*__all__, *(n for n in globals() if n.startswith("__") and n.endswith("__"))})

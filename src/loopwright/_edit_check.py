@@ -35,8 +35,8 @@ from ._host import RuntimeHost
 from ._proposal import Proposal
 from ._question import answer_unread
 from ._redact_logs import masked_logger
-from ._state import TaskState
-from .store import NewEvent
+from ._state import TaskState, same_value
+from .store import NewEvent, Store
 
 __all__ = [
     "CHECKED",
@@ -44,6 +44,8 @@ __all__ = [
     "EDIT_CHECK",
     "EditCheck",
     "answer_owed",
+    "behind_text",
+    "effects_behind",
     "judge",
     "mark_edited",
     "owed_after",
@@ -175,6 +177,65 @@ async def judge(
     return await host._evaluate(ex, n, proposal, digest, time.perf_counter(), approved=approved)
 
 
+def effects_behind(
+    store: Store, run_id: str, state: TaskState, parts: Sequence[str]
+) -> list[dict[str, Any]]:
+    """The run's completed effects that ran while a part in ``parts`` (a person's edit, now
+    judged) held another value than its current one: each as ``{"effect", "key", "cycle",
+    "part", "ran_with", "now"}`` (version numbers). They are not run again: an effect runs at
+    most once per key, and a new one is an action of its own, asked by a proposal and
+    governed by the approval policy (invariants 2 and 6); said instead (polish52: a publish of
+    "X fast safe cheap" stood beside an accepted "Hand made …" and nothing said so). Read
+    only in a check-only cycle: the effects journal and the run's ``edited`` events."""
+    done = [e for e in store.journal(run_id, kind="effect") if e.status == "done"]
+    if not done or not parts:
+        return []
+    # (a person's version is made after its cycle concluded: not there when its effects ran)
+    by_people = {
+        (str(e.data.get("part")), e.data.get("version"))
+        for e in store.events_of_kinds(run_id, ("edited",))
+    }
+    out: list[dict[str, Any]] = []
+    for ref in parts:
+        part = state.part(ref)
+        if part is None:
+            continue
+        now, versions = part.current, part.versions
+        for entry in done:
+            there = [
+                v
+                for v in versions
+                if v.cycle < entry.cycle or (v.cycle == entry.cycle and (ref, v.n) not in by_people)
+            ]
+            if not there or there[-1].n == now.n or same_value(there[-1].value, now.value):
+                continue
+            out.append(
+                {
+                    "effect": str(entry.data.get("name") or entry.kind),
+                    "key": entry.key.removeprefix("effect:"),
+                    "cycle": entry.cycle,
+                    "part": ref,
+                    "ran_with": there[-1].n,
+                    "now": now.n,
+                }
+            )
+    return out
+
+
+def behind_text(behind: Sequence[Mapping[str, Any]], limit: int = 3) -> str:
+    """``effects_behind``'s list in words, for a timeline row and a warning."""
+    said = [
+        f"{b.get('effect')} (key {b.get('key')}, cycle {b.get('cycle')}) ran while "
+        f"{b.get('part')} was version {b.get('ran_with')}, not {b.get('now')}"
+        for b in behind[:limit]
+    ]
+    more = f"; and {len(behind) - limit} more" if len(behind) > limit else ""
+    return (
+        "effects not run again for the person's edit: " + "; ".join(said) + more + " (a new "
+        "effect is the actor's to propose, under the approval policy)"
+    )
+
+
 class EditCheck(RuntimeHost):
     """The check-only cycle after a person's edit (mixed into ``Runtime``)."""
 
@@ -197,8 +258,17 @@ class EditCheck(RuntimeHost):
         if ex.phase is not None:  # (a phase hook is set by the crash tests only)
             ex.at("before_check")
         ex.check_only = True
+        ex.effects_behind = effects_behind(self.store, ex.run_id, s, parts)
+        if ex.effects_behind:
+            ex.events.append(NewEvent(n, "effects_not_rerun", {"effects": ex.effects_behind}))
+            # (the next actor is told: asking such an effect again is its proposal, a new key)
+            s.notes.append({"kind": "effects_not_rerun", "effects": ex.effects_behind})
+            masked_logger("loopwright.runs").warning(
+                "run %s: %s", ex.run_id[:12], behind_text(ex.effects_behind)
+            )
         try:
             why = {"why": "edited", "check_only": True, "parts": parts}
             return await judge(self, ex, n, CHECK_ONLY, CHECK_ONLY.digest(), why)
         finally:
             ex.check_only = False
+            ex.effects_behind = []

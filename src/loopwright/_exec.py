@@ -87,6 +87,9 @@ class Execution:
     # This cycle judges a person's edit with no actor call (``_edit_check``): its record and
     # history say so, and it counts no cycle without progress.
     check_only: bool = False
+    # The effects a check-only cycle's accepted parts were not the values of when they ran
+    # (``_edit_check.effects_behind``): its record says so (``effects_not_rerun``).
+    effects_behind: list[dict[str, Any]] = field(default_factory=list)
     # This check-only cycle judges a person's edit made beside a request that was then denied
     # (or expired): unless the edited state succeeds, the run escalates with this cause and
     # evidence, as the denial does (``Parking._judge_denied``).

@@ -113,8 +113,11 @@ class Finishing(RuntimeHost):
                 held_out=held_out or last_verdicts,
                 unverified=unverified,
                 # (a loop built in Python: `loopwright resume` has no spec to load it from)
-                from_python=ex.loop is not NO_LOOP and ex.loop.spec_ref is None,
+                from_python=self._from_python(ex),
             )
+        if packet is not None and ex.check_only and ex.effects_behind:
+            # a person's edit, judged and not accepted: its effects ran with what it replaced
+            packet["effects_not_rerun"] = ex.effects_behind
         ex.state.next_action = (
             "" if status == "accepted" else (packet or {}).get("recommended_action", "")
         )
@@ -153,6 +156,15 @@ class Finishing(RuntimeHost):
         elif last is not None:
             run["held_out_passed"] = int(last)
         self._commit(ex, record, run, approvals=approvals, closes=closes)
+
+    def _from_python(self, ex: _Exec) -> bool:
+        """Whether ``ex``'s run was started from Python (its loop built there, no spec to load
+        it from): its loop says, else (a cancel, rollback or edit without the loop) the run
+        record's ``spec_ref`` does, which `loopwright resume` loads it from (polish52: a
+        cancel without the loop told a Python run to `loopwright resume`, which refuses it)."""
+        if ex.loop is not NO_LOOP:
+            return ex.loop.spec_ref is None
+        return self.store.get_run(ex.run_id).spec_ref is None
 
     def _last_held_out(self, ex: _Exec) -> tuple[bool | None, dict[str, Any] | None]:
         """Whether the last candidate every held-out check judged passed them all (``None``:

@@ -34,6 +34,7 @@ __all__ = [
     "HOLD",
     "MID_CYCLE",
     "AfterEnd",
+    "asked_before_parked",
     "by_id",
     "concluded_cycles",
     "decided_on",
@@ -98,6 +99,35 @@ def in_order_with_concluded(
     complete = True  # every record read: a cycle not concluded now never was
     while held:
         yield held.popleft(), concluded
+
+
+def asked_before_parked(
+    rows: Iterable[_T],
+    parked_in: Callable[[_T], object],
+    asked_in: Callable[[_T], object],
+) -> Iterator[_T]:
+    """``rows`` (a timeline's, oldest first, read as they are asked for), each question's
+    concluding row ahead of its cycle's parked marker. A cycle that asks a question concludes
+    ("asked") and parks for the answer, its parking record written first: the timelines read
+    "parked …: answered by ann" above the question it answered (polish52). ``parked_in``: a
+    row's cycle if it is a parked marker, else None; ``asked_in``: its cycle if it is an
+    "asked" cycle's row, else None. Any other order is kept: an approval's marker precedes
+    its cycle's row, which is what was applied once it was approved."""
+    held: list[_T] = []  # a parked marker, until the row after it is read
+    for row in rows:
+        if held:
+            marker = held.pop()
+            cycle = asked_in(row)
+            if cycle is not None and cycle == parked_in(marker):
+                yield row
+                yield marker
+                continue
+            yield marker
+        if parked_in(row) is not None:
+            held.append(row)
+        else:
+            yield row
+    yield from held
 
 
 def concluded_cycles(

@@ -515,3 +515,31 @@ def test_out_to_stdout_or_a_pipe_is_written(accepted: tuple[Path, str], project:
         reader.join(timeout=60)
     assert r.returncode == 0, r.stderr
     assert json.loads(got[0].splitlines()[0])["run_id"] == run_id
+
+
+def test_resume_all_leaves_a_fork_never_started_to_its_maker(project: Path) -> None:
+    """(polish52) `resume --all` started a fork that was made and never started, as if it were
+    interrupted: a fork waits for its maker (an edit, say, then `resume`); starting it ran its
+    effects on the state it was made with. A run a batch created and never reached is still
+    continued, as the Ctrl-C message promises; the fork left is named, with how to start it."""
+    from loopwright import Runtime, load_spec
+
+    store = project / "s.db"
+    with Runtime(str(store)) as rt:
+        done = rt.run_sync(load_spec(project / "loop.toml"), TASK, task_key="done")
+        fork = rt.fork(done.run_id, at_cycle=0).run_id
+        rt.create(load_spec(project / "loop.toml"), TASK, task_key="batch")  # never reached
+    r = lw("resume", "--all", cwd=project, store=store)
+    assert r.returncode == 0, r.stdout + r.stderr
+    said = " ".join(r.stdout.split())
+    assert "(batch): accepted" in said and fork[:12] not in said.split("left")[0], said
+    assert "left 1 fork(s) never started" in said, said
+    assert f"{fork[:12]} (done~fork-" in said, said  # (its task key)
+    assert f"start it with: loopwright resume {fork[:12]}" in said, said
+    runs = {
+        x["run_id"]: x["status"]
+        for x in json.loads(lw("runs", "--json", cwd=project, store=store).stdout)
+    }
+    assert runs[fork] == "pending"
+    started = lw("resume", fork[:12], cwd=project, store=store)  # as printed
+    assert started.returncode == 0 and "accepted" in started.stdout, started.stderr

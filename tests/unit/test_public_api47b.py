@@ -132,3 +132,18 @@ def test_the_openai_sdk_is_imported_when_an_adapter_is_made_not_in_its_first_cal
         check=False,
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_dir_of_the_package_is_its_public_api() -> None:
+    """(polish52) ``dir(loopwright)`` listed the names its own code imports (``Any``,
+    ``TYPE_CHECKING``, ``annotations``) and its private tables beside the API; a REPL's
+    completion offered them. It is ``__all__`` and the module's dunders, also once names were
+    used (cached in the module) and submodules imported."""
+    import loopwright.store  # noqa: F401  (a submodule: an attribute of the package once loaded)
+
+    assert lw.Runtime is not None and lw.Verdict is not None  # (cached on first use)
+    shown = dir(lw)
+    assert shown == sorted(shown)
+    assert {n for n in shown if not n.startswith("__")} == set(lw.__all__) - {"__version__"}
+    assert {"Any", "TYPE_CHECKING", "annotations", "_LAZY", "_LAZY_FROM"}.isdisjoint(shown)
+    assert {"__version__", "__name__", "__doc__"} <= set(shown)

@@ -55,6 +55,7 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
     from rich.markup import escape
 
     from ._app import _execute
+    from ._options import store_flag
     from ._render import console, say
     from ._stores import creatable_store
 
@@ -95,8 +96,10 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
     with open_store(resolve_store_url(store)) as st:
         people = st.has_users()
     stopped = [r for r in results if r.status not in ("accepted", "awaiting_approval")]
-    # The commands as they work from here: with --store when the demo was given one.
-    where = f" --store {shlex.quote(store)}" if store else ""
+    # The commands as they work from here: with --store when the demo was given one (the
+    # shared rule: ``store`` is the resolved URL by now, and named the default store or
+    # $LOOPWRIGHT_STORE's too; a URL's password is masked, polish52).
+    where = store_flag()
     steps: list[tuple[str, str]] = [
         ("loopwright runs", "every run, its stop reason and spend"),
         ("loopwright metrics", "cost per accepted outcome and the other metrics"),

@@ -16,7 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from .._decide import at_default_ceiling, record_no_attempt
+from .._edit_check import behind_text
 from .._lineage import Lineage, lineage_text
+from .._mid_cycle_records import asked_before_parked
 from ._table import STATUS_STYLE, interrupted, printable
 
 if TYPE_CHECKING:
@@ -182,9 +184,24 @@ def _asked(prop: dict[str, Any]) -> list[str]:
     return out
 
 
+def _parked_in(item: tuple[int, dict[str, Any] | None]) -> object:
+    """The cycle of a parked cycle's marker record, else None."""
+    rec = item[1]
+    return rec.get("cycle") if rec and rec.get("decision") == "parked" else None
+
+
+def _asked_in(item: tuple[int, dict[str, Any] | None]) -> object:
+    """The cycle of a concluded cycle's record that asked a question, else None."""
+    rec = item[1]
+    return (
+        rec.get("cycle") if rec and "proposal" in rec and rec.get("decision") == "asked" else None
+    )
+
+
 def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iterator[_Row]:
-    """Each timeline row, as ``records`` is read."""
-    for cycle_of, rec in records:
+    """Each timeline row, as ``records`` is read (a question's row ahead of its cycle's
+    parked marker: ``asked_before_parked``)."""
+    for cycle_of, rec in asked_before_parked(records, _parked_in, _asked_in):
         if not rec or "proposal" not in rec:
             if rec and rec.get("ended_inside"):  # the cycle the run ended inside: no record
                 cost = (rec.get("usage") or {}).get("cost_usd", 0)
@@ -219,6 +236,8 @@ def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iter
         what = [f"{escape(str(prop.get('kind')))}:", *(escape(p) for p in parts), *_asked(prop)]
         if record_no_attempt(rec):  # no actor call: the verifiers judged a person's edit
             what = ["[cyan]check only:[/] judged the person's edit"]
+            if rec.get("effects_not_rerun"):  # (effects ran with the values it replaced)
+                what.append(f"[yellow]{escape(behind_text(rec['effects_not_rerun']))}[/]")
         elif rec.get("check_only"):  # the actor's attempt, denied: then the edit judged
             what = ["[cyan]request denied:[/] judged the person's edit"]
         if rec.get("duplicate"):  # (a refusal counts as no progress, as a repeat does)

@@ -125,9 +125,9 @@ def render(
     *,
     width: int | None = None,
     out: TextIO | None = None,
-) -> None:
+) -> dict[int, int]:
     """Write the table: a title line, the header, a rule, one line per row, and a line naming
-    the columns hidden at this width."""
+    the columns hidden at this width. Returns the width of each column shown, by index."""
     out = out or sys.stdout
     width = terminal_width() if width is None else width
     title = printable(title)
@@ -157,6 +157,7 @@ def render(
         note = f"hidden at this width: {', '.join(hidden)} (see --json)"
         lines.extend(textwrap.wrap(note, width=max(width, 20), break_on_hyphens=False))
     out.write("\n".join(lines) + "\n")
+    return widths
 
 
 def print_blocks(
@@ -251,6 +252,7 @@ def print_runs(
 
     here = time.time()
     now = here if now is None else now
+    why = [run_stop_cause(r) or interrupted(r, now) or "-" for r in runs]
     rows = [
         (
             (r.run_id[:12], ""),
@@ -258,7 +260,7 @@ def print_runs(
             (r.loop_name, ""),
             (r.status, STATUS_STYLE.get(r.status, "")),
             (r.stop_reason or "-", ""),
-            (run_stop_cause(r) or interrupted(r, now) or "-", ""),
+            (said, ""),
             (str(r.cycle), ""),
             ("-" if r.best_score is None else f"{r.best_score:.2f}", ""),
             (f"{r.cost_usd:.3f}", ""),
@@ -268,9 +270,47 @@ def print_runs(
             ),
             (_ago(r.created_at, here), ""),
         )
-        for r in runs
+        for r, said in zip(runs, why, strict=True)
     ]
     title = f"{total} run(s)" + (f", the newest {len(runs)} shown" if total > len(runs) else "")
-    render(title, _RUN_COLS, rows, width=width)
+    width = terminal_width() if width is None else width
+    shown = render(title, _RUN_COLS, rows, width=width).get(_WHY, 0)
+    # An interrupted run's way on, when its cell was cut (at 80 columns: "interrupted? it…"):
+    # on lines of their own under the table, whole (polish52).
+    stalled = [(r, said) for r, said in zip(runs, why, strict=True) if r.status == "running"]
+    stalled = [(r, said) for r, said in stalled if said.startswith("interrupted?")]
+    if any(len(printable(said)) > shown for _r, said in stalled):
+        _resume_lines([r for r, _said in stalled], width)
     if total > len(runs):
         sys.stdout.write(f"… {total - len(runs)} more (use --limit N or --all)\n")
+
+
+_WHY = next(i for i, c in enumerate(_RUN_COLS) if c.header == "why it stopped")
+
+
+def _resume_lines(stalled: Sequence[RunRecord], width: int) -> None:
+    """How to continue the interrupted runs ``stalled``, wrapped to ``width``: ``loopwright
+    resume`` for a run started from a spec, ``Runtime.resume`` for one started from Python
+    (``interrupted``'s words, which the table's cell cut)."""
+    import textwrap
+
+    from ._options import store_flag
+
+    lines = []
+    for spec, how in (
+        (True, "continue {it} with: loopwright resume {run}" + store_flag()),
+        (False, "started from Python: continue {it} there with Runtime.resume({run}, loop)"),
+    ):
+        some = [r.run_id[:12] for r in stalled if bool(r.spec_ref) == spec]
+        if not some:
+            continue
+        named = ", ".join(some[:3]) + (f" and {len(some) - 3} more" if len(some) > 3 else "")
+        one = len(some) == 1
+        run = repr(some[0]) if one and not spec else some[0] if one else "RUN"
+        lines.append(
+            f"interrupted, no process runs {'it' if one else 'them'}: {named}; "
+            + how.format(it="it" if one else "each", run=run)
+        )
+    for line in lines:
+        wrapped = textwrap.wrap(line, width=max(width, 20), break_on_hyphens=False)
+        sys.stdout.write(printable("\n".join(wrapped)) + "\n")

@@ -18,6 +18,7 @@ from .._contract import TERMINAL_STATUSES
 from .._mid_cycle_records import AfterEnd, by_id, in_order_with_concluded
 from .._state import Part, TaskState, Version
 from ..store import Approval, RunRecord, Store
+from ._timeline import in_row_order
 from ._views import (
     ChartPoint,
     chart_point,
@@ -120,7 +121,7 @@ def run_document(
                 yield row
 
     yield ',"timeline":'
-    yield from _array(itertools.chain(rows(), ended_row(store, rec)))
+    yield from _array(itertools.chain(in_row_order(rows()), ended_row(store, rec)))
     yield ',"chart":'
     yield from _array(
         {"cycle": p.cycle, "best_score": p.best, "spent_usd": p.spent, "improved": p.improved}

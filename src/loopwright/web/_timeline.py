@@ -3,16 +3,23 @@ cycle an ended run ended inside; values shortened for a page (``short``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from .._decide import record_no_attempt
+from .._edit_check import behind_text
 from .._finishing import ended_inside
-from .._mid_cycle_records import concluded_cycles, decided_on, never_concluded, unapplied
+from .._mid_cycle_records import (
+    asked_before_parked,
+    concluded_cycles,
+    decided_on,
+    never_concluded,
+    unapplied,
+)
 from ..store import Approval, Checkpoint, RunRecord, Store
 from ._values import is_svg, picture_digest, short
 
-__all__ = ["ended_row", "timeline", "timeline_row"]
+__all__ = ["ended_row", "in_row_order", "timeline", "timeline_row"]
 
 
 def _verdicts(d: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -61,7 +68,17 @@ def timeline(
         row = timeline_row(ck, concluded, ended=ended, decided=decided)
         if row is not None:
             rows.append(row)
-    return rows if newest is None else rows[::-1]
+    return list(in_row_order(rows if newest is None else rows[::-1]))
+
+
+def in_row_order(rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """``timeline_row``'s rows, oldest first, each question's "asked" row ahead of its
+    cycle's parked marker (``asked_before_parked``), as ``loopwright show`` lists them."""
+    return asked_before_parked(
+        rows,
+        lambda r: r.get("cycle") if r.get("parked") else None,
+        lambda r: r.get("cycle") if r.get("decision") == "asked" and not r["unapplied"] else None,
+    )
 
 
 def timeline_row(
@@ -169,6 +186,10 @@ def _cycle_row(ck: Checkpoint, rec: dict[str, Any]) -> dict[str, Any]:
         if checked
         else ("request denied" if rec.get("check_only") else prop.get("kind")),
         "check_only": checked,
+        # effects run with the values the person's edit replaced, not run again
+        "effects_not_rerun": behind_text(rec["effects_not_rerun"])
+        if checked and rec.get("effects_not_rerun")
+        else "",
         "replace": list(prop.get("replace") or []),
         "edits": edits,
         "note": prop.get("note") or "",
