@@ -21,8 +21,8 @@ import asyncio
 import contextlib
 import os
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterable, Mapping
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
+from typing import Any, Literal, TypeVar
 
 from . import _decide as rules
 from ._backoff import Drained
@@ -445,6 +445,50 @@ class Runtime(
                 ck.task_state(), self.store, rec.run_id, ended=rec.status in TERMINAL_STATUSES
             ),
             held_out_passed=rec.held_out_passed,
+        )
+
+    def events(
+        self,
+        run_id: str,
+        *,
+        after_seq: int = 0,
+        follow: bool = True,
+        until: Literal["parked", "ended"] = "parked",
+        poll_s: float = 0.5,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The run's events as they are written, whoever drives it (this process, another, a
+        worker elsewhere): ``async for line in rt.events(run_id)``. Each is a line of the
+        ``loopwright.trace/1`` format (docs/trace.md: ``seq``, ``kind``, ``cycle``, ``data``,
+        ``event_id``...), secrets masked, as ``loopwright trace`` prints it.
+
+        ``after_seq``: the ``seq`` of the last line handled; the lines after it come, each
+        once (a consumer that reconnects passes what it last handled). ``follow=False``: the
+        lines written so far, then stop. ``until``: ``"parked"`` stops once the run ends or
+        parks for a person (as ``run`` returns), ``"ended"`` only once it ends. While nothing
+        comes it looks again after ``poll_s`` seconds, doubling up to 5. A run nobody drives
+        is waited for (a worker may claim it): break out, or bound it (``asyncio.timeout``).
+        A mistake (an unknown run, an ``after_seq`` past the run's log) is raised here."""
+        from .trace._follow import follow_events
+
+        return follow_events(
+            self.store, run_id, after_seq=after_seq, follow=follow, until=until, poll_s=poll_s
+        )
+
+    def events_sync(
+        self,
+        run_id: str,
+        *,
+        after_seq: int = 0,
+        follow: bool = True,
+        until: Literal["parked", "ended"] = "parked",
+        poll_s: float = 0.5,
+    ) -> Iterator[dict[str, Any]]:
+        """``events`` for synchronous code (``for line in rt.events_sync(run_id)``): its waits
+        block the calling thread."""
+        from .trace._follow import follow_events_sync
+
+        return follow_events_sync(
+            self.store, run_id, after_seq=after_seq, follow=follow, until=until, poll_s=poll_s
         )
 
     # --- internals ----------------------------------------------------------------------
