@@ -484,8 +484,18 @@ class Runtime(
         poll_s: float = 0.5,
     ) -> Iterator[dict[str, Any]]:
         """``events`` for synchronous code (``for line in rt.events_sync(run_id)``): its waits
-        block the calling thread."""
+        block the calling thread. Following (``follow=True``) inside a running event loop (a
+        notebook, an async function) is refused, as the other ``*_sync`` methods are: its
+        waits would stop that loop, and a run driven on it, too."""
         from .trace._follow import follow_events_sync
+
+        if follow is True and _loop_running():
+            raise RuntimeError(
+                "events_sync() was called inside a running event loop (a notebook, an async "
+                "function), where its waits would stop the loop; iterate the async one: "
+                "`async for line in rt.events(...)` (or pass follow=False for what is "
+                "written so far)"
+            )
 
         return follow_events_sync(
             self.store, run_id, after_seq=after_seq, follow=follow, until=until, poll_s=poll_s
@@ -680,14 +690,16 @@ def _refuse_missing_folder(store: str | None) -> None:
     )
 
 
-def _sync(coro: Coroutine[Any, Any, _T]) -> _T:
+def _loop_running() -> bool:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        running = False
-    else:
-        running = True
-    if running:
+        return False
+    return True
+
+
+def _sync(coro: Coroutine[Any, Any, _T]) -> _T:
+    if _loop_running():
         # named (``run_sync`` in a notebook cell: "a *_sync method" left the user to guess
         # which, and what to write instead)
         name = getattr(coro, "__name__", "run")

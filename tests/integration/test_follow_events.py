@@ -206,3 +206,15 @@ def test_the_stores_pages_and_positions_agree_with_the_protocols_defaults(url: s
                 assert st.events_page(rid, after_id=after, limit=limit) == (
                     CommitStore.events_page(st, rid, after_id=after, limit=limit)
                 )
+
+
+def test_following_synchronously_inside_a_running_event_loop_is_refused(tmp_path: Path) -> None:
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        res = rt.run_sync(fr.make_loop(), fr.TASK, task_key="loop-1")
+
+        async def inside() -> list[dict[str, Any]]:
+            with pytest.raises(RuntimeError, match=r"async for line in rt\.events"):
+                rt.events_sync(res.run_id)
+            return list(rt.events_sync(res.run_id, follow=False))  # no wait: allowed
+
+        assert asyncio.run(inside()) == _stored(rt, res.run_id)
