@@ -21,8 +21,8 @@ import asyncio
 import contextlib
 import os
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterable, Mapping
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
+from typing import Any, Literal, TypeVar
 
 from . import _decide as rules
 from ._backoff import Drained
@@ -447,6 +447,60 @@ class Runtime(
             held_out_passed=rec.held_out_passed,
         )
 
+    def events(
+        self,
+        run_id: str,
+        *,
+        after_seq: int = 0,
+        follow: bool = True,
+        until: Literal["parked", "ended"] = "parked",
+        poll_s: float = 0.5,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The run's events as they are written, whoever drives it (this process, another, a
+        worker elsewhere): ``async for line in rt.events(run_id)``. Each is a line of the
+        ``loopwright.trace/1`` format (docs/trace.md: ``seq``, ``kind``, ``cycle``, ``data``,
+        ``event_id``...), secrets masked, as ``loopwright trace`` prints it.
+
+        ``after_seq``: the ``seq`` of the last line handled; the lines after it come, each
+        once (a consumer that reconnects passes what it last handled). ``follow=False``: the
+        lines written so far, then stop. ``until``: ``"parked"`` stops once the run ends or
+        parks for a person (as ``run`` returns), ``"ended"`` only once it ends. While nothing
+        comes it looks again after ``poll_s`` seconds, doubling up to 5. A run nobody drives
+        is waited for (a worker may claim it): break out, or bound it (``asyncio.timeout``).
+        A mistake (an unknown run, an ``after_seq`` past the run's log) is raised here."""
+        from .trace._follow import follow_events
+
+        return follow_events(
+            self.store, run_id, after_seq=after_seq, follow=follow, until=until, poll_s=poll_s
+        )
+
+    def events_sync(
+        self,
+        run_id: str,
+        *,
+        after_seq: int = 0,
+        follow: bool = True,
+        until: Literal["parked", "ended"] = "parked",
+        poll_s: float = 0.5,
+    ) -> Iterator[dict[str, Any]]:
+        """``events`` for synchronous code (``for line in rt.events_sync(run_id)``): its waits
+        block the calling thread. Following (``follow=True``) inside a running event loop (a
+        notebook, an async function) is refused, as the other ``*_sync`` methods are: its
+        waits would stop that loop, and a run driven on it, too."""
+        from .trace._follow import follow_events_sync
+
+        if follow is True and _loop_running():
+            raise RuntimeError(
+                "events_sync() was called inside a running event loop (a notebook, an async "
+                "function), where its waits would stop the loop; iterate the async one: "
+                "`async for line in rt.events(...)` (or pass follow=False for what is "
+                "written so far)"
+            )
+
+        return follow_events_sync(
+            self.store, run_id, after_seq=after_seq, follow=follow, until=until, poll_s=poll_s
+        )
+
     # --- internals ----------------------------------------------------------------------
     def _ended_here(self, ex: _Exec, started: RunRecord) -> bool:
         """Whether a commit of ``ex`` (its answer lost: the connection dropped after the server
@@ -650,14 +704,16 @@ def _refuse_missing_folder(store: str | None) -> None:
     )
 
 
-def _sync(coro: Coroutine[Any, Any, _T]) -> _T:
+def _loop_running() -> bool:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        running = False
-    else:
-        running = True
-    if running:
+        return False
+    return True
+
+
+def _sync(coro: Coroutine[Any, Any, _T]) -> _T:
+    if _loop_running():
         # named (``run_sync`` in a notebook cell: "a *_sync method" left the user to guess
         # which, and what to write instead)
         name = getattr(coro, "__name__", "run")

@@ -29,8 +29,9 @@ PROTOCOL = {
     "loopwright.store._with_newer",
 }
 THIRD_PARTY_CORE = {"orjson"}  # the core's one dependency on the import path
-# Imported inside a function, only when asked for: live tracing, when a provider is given.
-LAZY = {"loopwright.trace._live"}
+# Imported inside a function, only when asked for: live tracing, when a provider is given;
+# following a run's events, when ``Runtime.events`` / ``events_sync`` is called.
+LAZY = {"loopwright.trace._live", "loopwright.trace._follow"}
 # Test support that lives at the top level but is never imported by the engine.
 NOT_CORE = {"_fake_images.py", "testing.py", "__main__.py"}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -13,8 +14,9 @@ from ._root_app import app
 from ._stores import creatable_store, existing_store
 
 if TYPE_CHECKING:
-    from .._engine import RunResult
+    from .._engine import RunResult, Runtime
     from .._loop import Loop
+    from ..store import RunRecord
 
 
 @app.command()
@@ -40,11 +42,19 @@ def run(
         typer.Option("--ray-address", help="Join this Ray cluster ('auto'); default: start one."),
     ] = None,
     token: TokenOpt = None,
+    queue: Annotated[
+        bool,
+        typer.Option(
+            "--queue",
+            help="Create the runs and drive none here: `loopwright worker` processes claim "
+            "them (exit 0 once they are in the store).",
+        ),
+    ] = False,
 ) -> None:
     """Run a loop on one or many tasks.
 
     Exit code (the most serious outcome wins): 0 all accepted, 3 stopped, 4 awaiting approval,
-    5 escalated, 2 bad input, 1 internal error.
+    5 escalated, 2 bad input, 1 internal error. With --queue: 0 once the runs are created.
     """
     from .._keys import check_key
     from .._spec import load_spec
@@ -68,9 +78,18 @@ def run(
     check_choice(executor, ("local", "ray"), "--executor")
     if ray_address is not None and executor != "ray":
         raise ConfigError("only applies with --executor ray", field="--ray-address")
+    if queue and executor != "local":
+        raise ConfigError(
+            "creates the runs for `loopwright worker` to drive; --executor ray drives them "
+            "here: give one or the other",
+            field="--queue",
+        )
     # a new store in a folder that does not exist is a typo's: every task would run again,
     # its effects paid again (refused before any is run, nothing created)
     store = creatable_store(store)
+    if queue:
+        _queue(loop, items, keys, store, as_json=as_json, token=token)
+        return
     held: dict[str, str] = {}  # runs another process holds: skipped here
     if executor == "ray":
         results = _execute_on_ray(
@@ -176,7 +195,6 @@ def _execute(
 
     from .._contract import TERMINAL_STATUSES
     from .._engine import Runtime
-    from .._task_parts import ignored_task
     from ._interrupt import run_async
     from ._live import LiveView
     from ._render import console, say, summary_table
@@ -188,21 +206,10 @@ def _execute(
 
         if who is None:
             who = starter(rt.store, token, target=f"loop {loop.name}", tasks=len(items))
-        notes: list[str] = []
-        ended = 0  # runs that had ended before this command: shown, not run again
-        for t, k in zip(items, keys, strict=True):
-            rec, made = rt.create(loop, t, task_key=k, by=who)
-            _runs_may_exist(True)
-            if not made and (why := ignored_task(rec, t)):
-                notes.append(why)  # a changed task under an existing run's key: said
-            ended += not made and rec.status in TERMINAL_STATUSES
-            run_ids.append(rec.run_id)
-            view.update(rec)
+        made = _create(rt, loop, items, keys, who, on_run=view.update)
+        ended = sum(not new and rec.status in TERMINAL_STATUSES for rec, new in made)
+        run_ids.extend(rec.run_id for rec, _new in made)
         out = console(stderr=quiet)
-        for why in notes[:5]:
-            say(f"note: {why}", stderr=True, style="yellow")
-        if len(notes) > 5:
-            say(f"note: and {len(notes) - 5} more task(s) like these", stderr=True, style="yellow")
 
         async def go() -> list[RunResult]:
             sem = asyncio.Semaphore(concurrency)
@@ -237,6 +244,77 @@ def _execute(
                 style="yellow",
             )
     return results
+
+
+def _create(
+    rt: Runtime,
+    loop: Loop,
+    items: list[dict[str, Any]],
+    keys: list[str],
+    who: str,
+    on_run: Callable[[RunRecord], None] | None = None,
+) -> list[tuple[RunRecord, bool]]:
+    """Each task's run, made (``True``) or found under its key; a task changed since its key's
+    run was made is said on stderr (the run keeps the task it was made with)."""
+    from .._task_parts import ignored_task
+    from ._render import say
+
+    made: list[tuple[RunRecord, bool]] = []
+    notes: list[str] = []
+    for t, k in zip(items, keys, strict=True):
+        rec, new = rt.create(loop, t, task_key=k, by=who)
+        _runs_may_exist(True)
+        if not new and (why := ignored_task(rec, t)):
+            notes.append(why)  # a changed task under an existing run's key: said
+        made.append((rec, new))
+        if on_run is not None:
+            on_run(rec)
+    for why in notes[:5]:
+        say(f"note: {why}", stderr=True, style="yellow")
+    if len(notes) > 5:
+        say(f"note: and {len(notes) - 5} more task(s) like these", stderr=True, style="yellow")
+    return made
+
+
+def _queue(
+    loop: Loop,
+    items: list[dict[str, Any]],
+    keys: list[str],
+    store: str | None,
+    *,
+    as_json: bool,
+    token: str | None,
+) -> None:
+    """``run --queue``: the runs created (or found under their keys), none driven; a worker
+    claims the pending ones (docs/scale.md)."""
+    from collections import Counter
+
+    from .._engine import Runtime
+    from ._people_cmd import starter
+    from ._render import say
+
+    with Runtime(store) as rt:
+        who = starter(rt.store, token, target=f"loop {loop.name}", tasks=len(items))
+        made = _create(rt, loop, items, keys, who)
+    if as_json:
+        _print_json(
+            [
+                {"run_id": r.run_id, "task_key": r.task_key, "status": r.status, "created": new}
+                for r, new in made
+            ]
+        )
+    new = sum(n for _r, n in made)
+    found = Counter(r.status for r, n in made if not n)
+    said = f"queued {new} new run(s) of loop {loop.name}"
+    if found:
+        said += (
+            f"; {len(made) - new} task key(s) named a run already there, left as it is ("
+            + ", ".join(f"{n} {status}" for status, n in sorted(found.items()))
+            + ")"
+        )
+    pending = sum(r.status == "pending" for r, _n in made)
+    said += f". `loopwright worker{store_flag()}` drives the {pending} pending run(s)"
+    say(said, stderr=as_json)
 
 
 def _runs_may_exist(flag: bool) -> None:

@@ -139,6 +139,22 @@ class CommitStore(ApprovalsStore):
     def events(self, run_id: str, *, after_id: int = 0) -> list[Event]:
         """A run's events in order."""
 
+    # A reader that follows a run as it is written (``Runtime.events``, trace/_follow.py)
+    # reads it a page at a time from where it is, and finds where a reconnecting reader left
+    # off by its position. These defaults read the whole log; the built-in stores ask for a
+    # page on the (run_id, id) index.
+    def events_page(self, run_id: str, *, after_id: int, limit: int) -> list[Event]:
+        """Up to ``limit`` of the run's events with an id above ``after_id``, oldest first."""
+        return self.events(run_id, after_id=after_id)[:limit]
+
+    def event_id_at(self, run_id: str, seq: int) -> int | None:
+        """The id of the run's ``seq``-th event (1-based, the trace's ``seq``); ``None``
+        when its log holds fewer."""
+        for n, e in enumerate(self.iter_events(run_id), 1):
+            if n == seq:
+                return e.id
+        return None
+
     # A reader that follows a long run from its end (the live tracer of a resumed session,
     # trace/_live.py) reads what it needs of the log's start through these five, not the
     # whole log. These defaults read the whole log; the built-in stores ask for what is

@@ -281,6 +281,20 @@ class ReadsSQL(SQLCore):
             for r in self._all(self._q.events, (run_id, after_id))
         ]
 
+    def events_page(self, run_id: str, *, after_id: int, limit: int) -> list[Event]:
+        jl = self._jl
+        return [
+            Event(r[0], r[1], r[2], r[3], r[4], jl(r[5]))
+            for r in self._all(self._q.event_page, (run_id, after_id, limit))
+        ]
+
+    def event_id_at(self, run_id: str, seq: int) -> int | None:
+        if seq < 1:
+            return None
+        # walks the (run_id, id) index to the position; no row before it is read whole
+        rows = self._all(self._q.event_at, (run_id, seq - 1))
+        return int(rows[0][0]) if rows else None
+
     def events_tail(self, run_id: str, *, before_id: int | None, limit: int) -> list[Event]:
         jl = self._jl
         below = _NO_ID if before_id is None else before_id

@@ -230,6 +230,7 @@ class CoreStatements:
             "SELECT id, run_id, cycle, kind, ts, data FROM events WHERE run_id=? AND id<? "
             "ORDER BY id DESC LIMIT ?"
         )
+        self.event_at = p("SELECT id FROM events WHERE run_id=? ORDER BY id LIMIT 1 OFFSET ?")
         self.count_events = p("SELECT count(*) FROM events WHERE run_id=? AND id<?")
         self.next_start = p(
             "SELECT cycle FROM events WHERE run_id=? AND id>? AND id<? "

@@ -18,6 +18,7 @@ from ._exports import (
     preference_pairs,
     write_eval_case,
 )
+from ._follow import FOLLOW_UNTIL, follow_events, follow_events_sync
 from ._jsonl import TRACE_FORMAT, build_records, iter_trace_records, trace_records, write_jsonl
 from ._live import LiveTracer, live_tracer, provider_from_env
 from ._otlp import (
@@ -37,6 +38,7 @@ from ._spans import Span, SpanEvent, build_spans, run_spans
 
 __all__ = [
     "EVAL_CASE_FORMAT",
+    "FOLLOW_UNTIL",
     "PAIR_FORMAT",
     "TRACE_FORMAT",
     "LiveTracer",
@@ -52,6 +54,8 @@ __all__ = [
     "eval_case",
     "eval_cases",
     "export_otlp",
+    "follow_events",
+    "follow_events_sync",
     "iter_trace_records",
     "live_tracer",
     "otlp_message",
