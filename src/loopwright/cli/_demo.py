@@ -54,6 +54,7 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
     ``$LOOPWRIGHT_TOKEN``'s), who must be allowed to operate (``starter``)."""
     from rich.markup import escape
 
+    from .._redact import redact_text
     from ._app import _execute
     from ._render import console, say
     from ._stores import creatable_store
@@ -95,8 +96,10 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
     with open_store(resolve_store_url(store)) as st:
         people = st.has_users()
     stopped = [r for r in results if r.status not in ("accepted", "awaiting_approval")]
-    # The commands as they work from here: with --store when the demo was given one.
-    where = f" --store {shlex.quote(store)}" if store else ""
+    # The commands as they work from here: with --store when the demo was given one. Its
+    # password masked, as every hint's (``_options.store_flag``): printed, it reached the
+    # terminal and any log of it, from --store or $LOOPWRIGHT_STORE alike (review52a).
+    where = f" --store {shlex.quote(redact_text(store))}" if store else ""
     steps: list[tuple[str, str]] = [
         ("loopwright runs", "every run, its stop reason and spend"),
         ("loopwright metrics", "cost per accepted outcome and the other metrics"),
