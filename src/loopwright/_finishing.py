@@ -113,7 +113,7 @@ class Finishing(RuntimeHost):
                 held_out=held_out or last_verdicts,
                 unverified=unverified,
                 # (a loop built in Python: `loopwright resume` has no spec to load it from)
-                from_python=ex.loop is not NO_LOOP and ex.loop.spec_ref is None,
+                from_python=self._from_python(ex),
             )
         ex.state.next_action = (
             "" if status == "accepted" else (packet or {}).get("recommended_action", "")
@@ -153,6 +153,15 @@ class Finishing(RuntimeHost):
         elif last is not None:
             run["held_out_passed"] = int(last)
         self._commit(ex, record, run, approvals=approvals, closes=closes)
+
+    def _from_python(self, ex: _Exec) -> bool:
+        """Whether ``ex``'s run was started from Python (no spec: `loopwright resume` refuses
+        it), as its loop says, or, ended without one (a cancel, from the CLI, the dashboard or
+        ``Runtime.cancel`` without ``loop=``), as its record does: the loop in hand is not
+        the run's (review52a: such a cancel's advice named `loopwright resume`)."""
+        if ex.loop is not NO_LOOP:
+            return ex.loop.spec_ref is None
+        return self.store.get_run(ex.run_id).spec_ref is None  # (a cancel's one read more)
 
     def _last_held_out(self, ex: _Exec) -> tuple[bool | None, dict[str, Any] | None]:
         """Whether the last candidate every held-out check judged passed them all (``None``:

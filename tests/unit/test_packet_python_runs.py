@@ -63,3 +63,24 @@ def test_a_spec_runs_advice_keeps_the_command(tmp_path: Path) -> None:
     run, said = _advice(lw.load_spec(tmp_path / "loop.toml"), tmp_path / "c.db")
     assert f"then `loopwright resume {run}`" in said, said
     assert "Runtime.resume" not in said, said
+
+
+def test_a_python_run_cancelled_without_its_loop_is_still_resumed_in_python(
+    tmp_path: Path,
+) -> None:
+    # review52a: the packet asked the loop in hand whether it came from a spec; a cancel
+    # (`loopwright cancel`, the dashboard's, Runtime.cancel without loop=) has none, and its
+    # advice named `loopwright resume`, which refuses the run (and a fork of it) all the same
+    loop = lw.Loop(
+        name="e",
+        actor=lambda ctx: lw.Proposal.edit("a", {"x": ctx.cycle}),
+        verifiers=[lw.Check(fn=_check)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+    )
+    with lw.Runtime(str(tmp_path / "d.db")) as rt:
+        rec, _ = rt.create(loop, {"artifacts": {"a": {"x": 1}}}, task_key="k")
+        ended = rt.cancel(rec.run_id, by="ana")
+    assert ended.status == "cancelled" and ended.packet is not None
+    said = str(ended.packet["recommended_action"])
+    assert "then `Runtime.resume(NEW_RUN, loop)` in Python" in said, said
+    assert "loopwright resume" not in said, said
