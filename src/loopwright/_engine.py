@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import threading
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -75,19 +74,23 @@ def _owner() -> str:
 # The threads lease renewals run in (``Runtime._heartbeat``), the process's runtimes' together:
 # made at the first renewal, reused after, each thread made only when the others are busy. Not
 # the event loop's default executor, which user work fills (review52a). Enough that renewals
-# each stalled on its run's row lock (pg52) leave the others threads to go on.
+# each stalled on its run's row lock (pg52) leave the others threads to go on. A forked child
+# makes its own: the parent's threads are not in it, and work handed to their pool waited
+# for ever (a fresh event loop's default executor had no such past).
 _LEASE_THREADS: list[ThreadPoolExecutor] = []
-_LEASE_THREADS_MADE = threading.Lock()
 
 
 def _lease_threads() -> ThreadPoolExecutor:
     if not _LEASE_THREADS:
-        with _LEASE_THREADS_MADE:
-            if not _LEASE_THREADS:
-                _LEASE_THREADS.append(
-                    ThreadPoolExecutor(max_workers=32, thread_name_prefix="loopwright-lease")
-                )
+        # (two made at once: the first is used, the other never starts a thread)
+        _LEASE_THREADS.append(
+            ThreadPoolExecutor(max_workers=32, thread_name_prefix="loopwright-lease")
+        )
     return _LEASE_THREADS[0]
+
+
+if hasattr(os, "register_at_fork"):  # (not on Windows, which does not fork)
+    os.register_at_fork(after_in_child=_LEASE_THREADS.clear)
 
 
 class Runtime(

@@ -8,11 +8,14 @@ worker took it over mid-cycle, as pg52 fixed for a renewal stalled on the event 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 import loopwright as lw
 
@@ -26,6 +29,7 @@ def _done(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
 def test_a_renewal_is_not_queued_behind_the_default_executors_busy_threads(
     tmp_path: Path,
 ) -> None:
+    tmp_path.mkdir(exist_ok=True)
     renewed = threading.Event()
     pools: list[ThreadPoolExecutor] = []
 
@@ -57,3 +61,22 @@ def _then(fn: Callable[..., Any], after: Callable[[], None]) -> Callable[..., An
         return out
 
     return both
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_renews_its_leases_in_threads_of_its_own(tmp_path: Path) -> None:
+    # The renewal threads outlive a run, idle; a child forked then has the pool without them,
+    # and a renewal handed to it waited for ever. The child's run must be renewed as the
+    # parent's was (each blocks its default executor until its lease is renewed).
+    test_a_renewal_is_not_queued_behind_the_default_executors_busy_threads(tmp_path / "p")
+    pid = os.fork()
+    if pid == 0:  # the child: its exit status says how its run went
+        code = 1
+        try:
+            test_a_renewal_is_not_queued_behind_the_default_executors_busy_threads(tmp_path / "c")
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
