@@ -147,7 +147,7 @@ def _amount(value: Any, name: str) -> float:
         raise ConfigError(
             f"must be a finite number ≥ 0, got {_shown(value)}", field=f"Usage.{name}"
         )
-    if number > MAX_AMOUNT:
+    if number > MAX_AMOUNT or value > MAX_AMOUNT:  # (an int just past it rounds down to it)
         raise ConfigError(
             f"must be at most 2**53 (MAX_AMOUNT), got {_shown(value)}", field=f"Usage.{name}"
         )

@@ -274,3 +274,14 @@ def test_calls_at_the_largest_cost_a_usage_holds_sum_past_it_in_a_cycle(tmp_path
         rec = rt.store.get_run(r.run_id)
     assert (r.stop_reason, r.cycles, rec.status) == ("budget_cycles", 2, "stopped")
     assert r.spent.cost_usd == 4.0 * 2**53
+
+
+def test_an_int_just_past_the_largest_cost_is_refused_as_the_float_past_it_is() -> None:
+    # review52a: 2**53 + 1 as a float is 2**53, so the bound, checked on the float, let an
+    # int past it through (kept as that int, beyond what ``Usage`` documents it holds)
+    for field in ("cost_usd", "seconds"):
+        for past in (2**53 + 1, 2**53 + 2, 2**54):
+            with pytest.raises(lw.ConfigError, match="at most 2\\*\\*53") as caught:
+                lw.Usage(**{field: past})
+            assert caught.value.field == f"Usage.{field}"
+        assert getattr(lw.Usage(**{field: 2**53}), field) == 2**53
