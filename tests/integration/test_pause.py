@@ -177,3 +177,24 @@ def test_a_pause_reaches_a_run_whose_commits_are_grouped(url: str) -> None:
         rt.unpause(a.run_id, by="bob")
         done = rt.resume_sync(a.run_id, paused)
     assert (done.status, done.cycles, calls) == ("accepted", 4, [1, 2, 3, 4])
+
+
+def test_who_may_pause_and_unpause_is_who_may_cancel(url: str) -> None:
+    """In a store with users, pausing and lifting a pause need the operate permission (as a
+    cancel does), not an approver's: each refusal is a typed error and an audit record."""
+    with lw.Runtime(url) as rt:
+        rt.store.add_user("root", roles=["admin"], limits={}, by="root", now=1.0)
+        rt.store.add_user("appr", roles=["approver"], limits={}, by="root", now=1.0)
+        rt.store.add_user("op", roles=["operator"], limits={}, by="root", now=1.0)
+        rid = rt.create(make_loop(), TASK, task_key="k", by="op")[0].run_id
+        with pytest.raises(lw.NotPermittedError, match="operator"):
+            rt.pause(rid, by="appr")
+        assert rt.store.approvals(run_id=rid) == []  # nothing filed
+        filed = rt.pause(rid, by="op")
+        with pytest.raises(lw.NotPermittedError, match="operator"):
+            rt.unpause(rid, by="appr")
+        assert rt.store.approval(filed.approval_id).status == "pending"  # type: ignore[union-attr]
+        rt.unpause(rid, by="op")
+        audit = [(a.actor, a.action, a.outcome) for a in rt.store.audit(target=f"run {rid}")]
+    assert ("appr", "pause", "refused") in audit and ("op", "pause", "allowed") in audit
+    assert ("appr", "unpause", "refused") in audit
