@@ -76,6 +76,8 @@ def test_a_pause_parks_at_the_boundary_and_unpause_goes_on_where_it_stopped(url:
         # a person's pause is no approval the loop asked for
         m = compute_metrics(rt.store)
         assert m.approvals_per_accepted == 0
+        # and an execution that parked on it handed the run over: its resume is no crash's
+        assert m.exception_rate == 0 and m.recovery_success_rate is None
 
 
 def test_a_pause_of_a_run_not_started_applies_at_once_and_cancel_ends_it(url: str) -> None:

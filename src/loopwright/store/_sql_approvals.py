@@ -187,7 +187,11 @@ class ApprovalsSQL(SQLCore):
                 )
             at = self._store_now(conn, now)
             conn.execute(q.insert_approval, approval_row(run_id, request, at, js))
-            data = {"approval_id": request.approval_id, "by": by, "note": request.why or None}
+            data = {
+                "approval_id": request.approval_id,
+                "by": by,
+                "note": request.evidence.get("note"),
+            }
             conn.execute(
                 q.insert_event,
                 event_row(run_id, NewEvent(request.cycle, "pause_requested", data), now, js),
