@@ -14,14 +14,10 @@ cycles/s and the ratio of the medians (after / before: 1.00 is no change).
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import subprocess
-import sys
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
+from before_after import abba, arguments
+
 SIZES = ((1, 300), (10, 50), (100, 50))  # (runs, cycles each)
 
 CHILD = """
@@ -51,25 +47,7 @@ print(json.dumps(out))
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--before", required=True, help="the src/ folder of the old version")
-    ap.add_argument("--after", default=str(BENCH.parent / "src"))
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--pg", default="")
-    ap.add_argument("--dir", default=None)
-    a = ap.parse_args()
-    results: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
-    for r in range(a.rounds):
-        order = ("before", "after") if r % 2 == 0 else ("after", "before")
-        for who in order:
-            src = str(Path(getattr(a, who)).resolve())
-            code = CHILD.format(src=src, bench=str(BENCH), dir=a.dir, pg=a.pg, sizes=SIZES)
-            done = subprocess.run(
-                [sys.executable, "-c", code], capture_output=True, text=True, check=False
-            )
-            if done.returncode:
-                sys.exit(f"{who} failed:\n{done.stderr[-3000:]}")
-            results[who].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    results = abba(arguments(), CHILD, sizes=SIZES)
     print(f"{'store, runs x cycles':24} {'before (cycles/s)':>26} {'after':>26}  ratio")
     for key in results["after"][0]:
         b = [x[key] for x in results["before"]]
