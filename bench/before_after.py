@@ -43,26 +43,38 @@ print(json.dumps(out))
 """
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
+    """The options every before/after comparison takes (``pause_flag.py`` too)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--before", required=True, help="the src/ folder of the old version")
     ap.add_argument("--after", default=str(BENCH.parent / "src"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pg", default="")
     ap.add_argument("--dir", default=None)
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def abba(a: argparse.Namespace, child: str, **fmt: object) -> dict[str, list[dict[str, float]]]:
+    """``child`` (formatted with ``src``, ``bench``, ``dir``, ``pg`` and ``fmt``) run for each
+    version in a fresh subprocess, ``a.rounds`` rounds in ABBA order; each run's last line of
+    output is its JSON figures."""
     results: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     for r in range(a.rounds):
         order = ("before", "after") if r % 2 == 0 else ("after", "before")
         for who in order:
             src = str(Path(getattr(a, who)).resolve())
-            code = CHILD.format(src=src, bench=str(BENCH), dir=a.dir, pg=a.pg)
+            code = child.format(src=src, bench=str(BENCH), dir=a.dir, pg=a.pg, **fmt)
             done = subprocess.run(
                 [sys.executable, "-c", code], capture_output=True, text=True, check=False
             )
             if done.returncode:
                 sys.exit(f"{who} failed:\n{done.stderr[-3000:]}")
             results[who].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return results
+
+
+def main() -> None:
+    results = abba(arguments(), CHILD)
     for store in results["after"][0]:
         b = [x[store] for x in results["before"]]
         f = [x[store] for x in results["after"]]

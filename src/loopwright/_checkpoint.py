@@ -95,7 +95,7 @@ class Checkpoints(RuntimeHost):
             ex.pending_commit = self._committer().submit(req)
             ex.seq += 1
             ex.events = []
-            return False  # the cancel flag arrives with durability
+            return False  # the stop flag (a cancel, a pause) arrives with durability
         ex.pending_req = None  # (a durable one, kept by _settle: see there)
         try:
             # The request as staged: its record, events and columns are the masked ones.
@@ -269,7 +269,8 @@ class Checkpoints(RuntimeHost):
         return self._group
 
     async def _settle(self, ex: _Exec) -> bool:
-        """Wait until the run's queued commits are durable; returns the cancel flag."""
+        """Wait until the run's queued commits are durable; returns the stop flag (a cancel
+        or a pause: ``_pause._stop_asked``)."""
         fut = ex.pending_commit
         if fut is None:
             return False

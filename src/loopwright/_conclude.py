@@ -137,8 +137,10 @@ class Concluding(RuntimeHost):
                 # the cycle has a record now (its write-ahead), which the timelines list: a
                 # stop in its effects is no end inside a cycle without one (``ended_in``)
                 ex.cycle_from = None
-                if cancel:  # cancelled while this cycle was verified: pay for nothing
-                    self._cancel_now(ex, "cancellation requested before the effects ran")
+                # cancelled while this cycle was verified: pay for nothing (a pause waits for
+                # the cycle's end: never between an effect's intent and its result)
+                why = "cancellation requested before the effects ran"
+                if cancel and self._stop_asked(ex, why, boundary=False):
                     return True
             for i, c in enumerate(calls):
                 eff = _effect(ex.loop, c)
@@ -492,11 +494,9 @@ class Concluding(RuntimeHost):
         s.next_action = (f"repair {len(s.findings)} finding(s)" if s.findings else "continue") + (
             f"; next step: {nxt.id}" if nxt else ""
         )
-        cancel = self._commit(ex, record, {"status": "running"}, packed=True)
-        if cancel:
-            self._cancel_now(ex, "cancellation requested")
-            return True
-        return False
+        flag = self._commit(ex, record, {"status": "running"}, packed=True)
+        # (a cycle boundary: a person's cancel ends the run, a pause parks it)
+        return flag and self._stop_asked(ex, "cancellation requested", boundary=True)
 
 
 _KIND = operator.methodcaller("get", "kind")

@@ -46,6 +46,7 @@ from ._memory import FeedbackMemory
 from ._otel_env import otel_tracing_configured
 from ._owners import owner_name
 from ._parking import Parking
+from ._pause import Pausing
 from ._people import Decisions
 from ._redact import redact_text
 from ._reflection import Reflection
@@ -105,6 +106,7 @@ class Runtime(
     Reflection,
     Forking,
     Decisions,
+    Pausing,
 ):
     """Runs loops durably against a store.
 
@@ -390,11 +392,18 @@ class Runtime(
             ex.events.append(NewEvent(ex.state.cycle, "resumed" if ex.seq else "started", started))
             with contextlib.suppress(Drained):  # a retry's backoff cut short: resumable
                 await self._drive(ex, rec)
-            if await self._settle(ex) and ex.state.pending and "approval_id" in ex.state.pending:
+            pend = ex.state.pending
+            parked = (
+                "approval_id" in pend
+                if pend
+                else ex.row_status == "awaiting_approval"  # (paused: ``_pause``)
+            )
+            if await self._settle(ex) and parked:
                 # Cancelled while the cycle that parked was in flight: do not leave a person
                 # a decision on a cancelled run.
-                self._cancel_now(ex, "cancellation requested while it was being verified")
-                await self._settle(ex)
+                why = "cancellation requested while it was being verified"
+                if self._stop_asked(ex, why, boundary=False):
+                    await self._settle(ex)
         except StaleLeaseError:
             ex.lost = True
             raise
@@ -632,9 +641,15 @@ class Runtime(
             if rec.cancel_requested:
                 self._cancel_now(ex, "cancelled before it resumed")
                 return
+            if self._pause_if_asked(ex, "running"):  # (its refunds' notes committed with it)
+                return
             self._commit_status(ex, "running")
         elif rec.cancel_requested:
             self._cancel_now(ex, "cancelled before it resumed")
+            return
+        elif pend.get("stage") != "effects" and self._pause_if_asked(ex, rec.status):
+            # A person paused it: it parks before anything of a cycle starts (a cycle stopped
+            # in its effects finishes them first, and parks at the boundary after).
             return
         elif ex.state.pending is not None and not owes_check(ex.state.pending):
             done = await self._settle_pending(ex)
@@ -668,8 +683,11 @@ class Runtime(
             await asyncio.sleep(0)
             # (``_settle`` and ``_reflect`` return at once, with nothing done, without a
             # commit in flight or a reflector: no coroutine of theirs a cycle then)
-            if ex.pending_commit is not None and await self._settle(ex):
-                self._cancel_now(ex, "cancellation requested")
+            if (
+                ex.pending_commit is not None
+                and await self._settle(ex)
+                and self._stop_asked(ex, "cancellation requested", boundary=True)
+            ):
                 return
             if owed:
                 owed, reflect = False, self._owed_reflection(ex)

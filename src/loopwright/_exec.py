@@ -184,6 +184,24 @@ class _NoLoop:
 NO_LOOP: Any = _NoLoop()
 
 
+def held_execution(
+    store: Store,
+    run_id: str,
+    contract: Contract,
+    token: int,
+    loop: Loop | None = None,
+    phase: PhaseHook | None = None,
+) -> Execution:
+    """The run as its latest checkpoint has it, under the lease ``token`` an operation of a
+    person took (a cancel, a pause): what that operation commits through."""
+    ck = store.latest_checkpoint(run_id)
+    ex = Execution(
+        run_id, loop or NO_LOOP, contract, token, ck.seq, TaskState.from_dict(ck.state), phase=phase
+    )
+    ex.adopt(store, ck.state)
+    return ex
+
+
 def exc_text(exc: BaseException) -> str:
     """``str(exc)``, or what says it could not be had: an exception raised by user code whose
     ``__str__`` raises is still the user's failure to record, not the engine's."""

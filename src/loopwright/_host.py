@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import ConflictError
 from ._group import GroupCommitter, GroupRecall
 from ._memory import FeedbackMemory
-from .store import ClosedApproval, NewApproval, RunRecord, Store
+from .store import Approval, ClosedApproval, NewApproval, RunRecord, Store
 
 if TYPE_CHECKING:
     from ._effects import Effect, EffectCall
@@ -53,6 +53,7 @@ class RuntimeHost:
     _group: GroupCommitter | None
     _recall_group: GroupRecall | None
     _live: LiveTracer | None  # live tracing (trace/_live.py), when configured
+    _on_phase: Callable[[str], None] | None  # a phase hook (the crash tests' kill points)
 
     def _take_lease(self, run_id: str) -> int:
         """The lease of ``run_id`` for an operation of this runtime (an edit, a cancel, a
@@ -200,3 +201,18 @@ class RuntimeHost:
 
         # _people.Decisions
         def _cancel_now(self, ex: _Exec, cause: str, *, by: str | None = None) -> None: ...
+
+        def approve(
+            self,
+            run_id: str,
+            *,
+            by: str,
+            note: str | None = None,
+            approval_id: str | None = None,
+            origin: str = "python",
+        ) -> Approval: ...
+
+        # _pause.Pausing
+        def _stop_asked(self, ex: _Exec, cause: str, *, boundary: bool) -> bool: ...
+
+        def _pause_if_asked(self, ex: _Exec, status: str) -> bool: ...

@@ -144,8 +144,10 @@ class Parking(RuntimeHost):
             {"status": "awaiting_approval"},
             approval=req,
         )
-        if cancel:
-            self._cancel_now(ex, "cancellation requested while it was being verified")
+        if cancel:  # (a pause filed meanwhile holds it parked: its request is pending too)
+            self._stop_asked(
+                ex, "cancellation requested while it was being verified", boundary=False
+            )
         return True
 
     async def _settle_pending(self, ex: _Exec) -> bool:

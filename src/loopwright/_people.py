@@ -25,6 +25,7 @@ from ._contract import TERMINAL_STATUSES, contract_from_snapshot
 from ._errors import ApprovalError, ConfigError, ConflictError, already_decided
 from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
+from ._exec import held_execution
 from ._host import RuntimeHost
 from ._json import check_given_text, check_text
 from ._keys import unprintable
@@ -35,7 +36,7 @@ from ._redact_logs import masked_logger
 from ._reversal import offer_compensations
 from ._state import TaskState
 from .store import Approval, Checkpoint, ClosedApproval, NewEvent, RunRecord, Store
-from .store._records import past_expiry
+from .store._records import PAUSE, past_expiry
 
 # (``concluded_at``, ``concluded_in`` and ``refuse_rewritten`` moved to ``_concluded``; the
 # names stay importable from here)
@@ -185,7 +186,10 @@ class Decisions(RuntimeHost):
             )
             raise
         run = self.store.get_run(req.run_id)
-        rule = check_decision(self.store, req, run, who, status, origin=origin)
+        if req.kind == PAUSE:
+            rule = self._lift_check(req, who, status, origin)
+        else:
+            rule = check_decision(self.store, req, run, who, status, origin=origin)
         if past_expiry(req.expires_at, self.store.clock()):
             expire(self.store, req)
             raise ApprovalError(
@@ -254,6 +258,22 @@ class Decisions(RuntimeHost):
             audit(self.store, me, verb, target, origin=origin, **detail)
         return decided
 
+    def _lift_check(self, req: Approval, who: str, status: str, origin: str) -> dict[str, Any]:
+        """Whether ``who`` may decide ``req``, a person's pause: lifting it is an operator's
+        action, as pausing and cancelling are (not an approver's: no rule asked for it); it has
+        no denial (a run is stopped by ``cancel``)."""
+        if status != "approved":
+            verb = {"denied": "deny", "answered": "answer"}[status]
+            no = ApprovalError(
+                f"request {req.approval_id} is a person's pause, not a question or an action to "
+                f"allow: approve it to let run {req.run_id[:12]} go on (loopwright unpause "
+                "RUN), or cancel the run"
+            )
+            refused(self.store, who, verb, f"request {req.approval_id}", origin=origin, why=no)
+            raise no
+        may_operate(self.store, who, "unpause", f"run {req.run_id}", origin=origin)
+        return {}
+
     def cancel(
         self,
         run_id: str,
@@ -283,16 +303,8 @@ class Decisions(RuntimeHost):
             # released the lease) keeps its end; it was cancelled over it (attack47).
             rec = self.store.get_run(rec.run_id)
             if rec.status not in TERMINAL_STATUSES:
-                ck = self.store.latest_checkpoint(rec.run_id)
-                ex = _Exec(
-                    rec.run_id,
-                    loop or _NO_LOOP,
-                    contract_from_snapshot(rec.contract),
-                    token,
-                    ck.seq,
-                    TaskState.from_dict(ck.state),
-                )
-                ex.adopt(self.store, ck.state)
+                contract = contract_from_snapshot(rec.contract)
+                ex = held_execution(self.store, rec.run_id, contract, token, loop)
                 self._cancel_now(ex, f"cancelled by {by}" if by else "cancelled", by=by)
                 self._warn_not_offered(rec.run_id, loop, origin, "cancel")
         return self.store.get_run(rec.run_id)

@@ -16,6 +16,7 @@ from ._decide import record_no_attempt
 from ._errors import ConfigError, RunNotFoundError
 from ._inherited import fork_seq, inherited
 from .store import Approval, Checkpoint, Event, RunRecord, Store
+from .store._records import PAUSE
 
 __all__ = [
     "CRASH_RESUME",
@@ -55,7 +56,7 @@ PERSON_DECISIONS = frozenset({"approved", "denied", "answered"})
 # An execution that ends with one of these handed the run over cleanly (parked, waiting,
 # rolled back, ended); a later ``resumed`` without one of them followed an interruption.
 _HANDOFF_EVENTS = frozenset(
-    {"approval_requested", "approval_decided", "still_waiting", "rolled_back", "stopped"}
+    {"approval_requested", "approval_decided", "still_waiting", "rolled_back", "stopped", "paused"}
 )
 # Decisions of a concluded cycle (the others are mid-cycle commits: parked, effects, rollback).
 _CONCLUDED = frozenset({"accepted", "revise", "refused", "asked"})
@@ -462,6 +463,9 @@ class _RunFold:
         workflow_proven_at: float | None,
     ) -> RunMetrics:
         run, inh = self.run, self.inh
+        # A person's pause is their control over the run, not a request the loop made: it is
+        # no approval (``approvals_per_accepted``), nor a review or a wait for one.
+        approvals = [a for a in approvals if a.kind != PAUSE]
         parts, revisions = _revisions(final_state)
         waits = tuple(
             a.decided_at - a.requested_at

@@ -53,6 +53,8 @@ NEEDS_A_STORE = [
     ("deny", RUN, "--by", "ana"),
     ("answer", RUN, "yes", "--by", "ana"),
     ("cancel", RUN),
+    ("pause", RUN, "--by", "ana"),
+    ("unpause", RUN, "--by", "ana"),
     ("rollback", RUN, "--to-cycle", "0", "--by", "ana"),
     ("resume", RUN),
     ("worker", "--once"),  # nothing to claim in a new store: a typo, not an empty store

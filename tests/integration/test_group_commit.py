@@ -378,7 +378,9 @@ def test_a_commit_closing_a_request_beside_rejected_digests_dates_it_now(
                 rejected=[("d" * 64, 3)],
                 closes=[close],
             )
-            assert (st.commit_request(req) if n == 0 else st.commit_many([req])[0]) is False
+            # (True: a request was pending on the run when it committed, which the flag reports:
+            # a person's pause, for a run executing; ``_sql_statements.ASKED``)
+            assert (st.commit_request(req) if n == 0 else st.commit_many([req])[0]) is True
             (got,) = st.approvals(run_id=rec.run_id)
             assert got.status == "cancelled" and got.decided_by == "ana"
             # (on the store's clock, as the request's time: not before it was asked)

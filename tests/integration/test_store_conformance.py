@@ -671,7 +671,9 @@ def test_commit_many_closes_requests_and_commits_the_rest(
     other, otok = _leased(store, "other")
     closes = [ClosedApproval(a, "carol", "the run was cancelled") for a in ("c1", "c2", "c3")]
     out = store.commit_many([_req(other, otok, 1), _req(run_id, token, 2, closes=closes)])
-    assert out == [False, False] and seen == []
+    # (the closing commit's flag is set: requests were pending on its run as it committed,
+    # which the flag reports, ``_sql_statements.ASKED``; the other run's is not)
+    assert out == [False, True] and seen == []
     assert _closed(store, run_id) == CLOSED
     assert store.latest_checkpoint(other).seq == 1
 
@@ -696,7 +698,8 @@ def test_the_default_commit_request_closes_requests_after_commit(
 
     monkeypatch.setattr(store, "commit", spy_commit)
     monkeypatch.setattr(store, "decide_approval", spy_decide)
-    assert Store.commit_request(store, _req(run_id, token, 2, closes=closes)) is False
+    # (True: requests were pending on the run as it committed, which the flag reports)
+    assert Store.commit_request(store, _req(run_id, token, 2, closes=closes)) is True
     assert order == ["commit", "c1", "c2", "c3"]
     assert _closed(store, run_id) == CLOSED
 

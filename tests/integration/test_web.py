@@ -1073,3 +1073,34 @@ def test_a_page_shows_only_the_messages_this_server_wrote(parked: tuple[str, str
     csrf = _sign_in(c)
     r = c.post(f"/runs/{run_id}/act", data={"csrf": csrf, "action": "cancel"})
     assert r.status_code == 200 and '<p class="flash">cancelled by ana</p>' in r.text
+
+
+def test_pause_from_the_page_and_the_api(parked: tuple[str, str]) -> None:
+    """The run page's Pause (through its confirmation) and ``POST /api/runs/{id}/pause`` file
+    a person's pause, as ``loopwright pause`` does; a second is refused (409), a deny of it too,
+    and approving its request (the inbox's approve) lifts it."""
+    store, run_id = parked
+    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    assert c.post(f"/api/runs/{run_id}/pause").status_code == 401
+    csrf = _sign_in(c)
+    assert 'value="pause"' in c.get(f"/runs/{run_id}").text
+    confirm = c.get(f"/runs/{run_id}/confirm", params={"action": "pause"}).text
+    assert "Yes, pause the run" in confirm
+    r = c.post(
+        f"/runs/{run_id}/act", data={"csrf": csrf, "action": "pause"}, follow_redirects=False
+    )
+    assert r.status_code == 303
+    rec = c.get(f"/api/runs/{run_id}").json()
+    assert rec["run"]["status"] == "awaiting_approval"
+    [ev] = [e for e in rec["events"] if e["kind"] == "pause_requested"]
+    assert "ana" in ev["data"]
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    again = c.post(f"/api/runs/{run_id}/pause", headers=bearer)
+    assert again.status_code == 409 and "paused already" in again.json()["detail"]
+    [pause] = [a for a in c.get("/api/approvals").json() if a["kind"] == "pause"]
+    deny = c.post(f"/api/approvals/{pause['approval_id']}/deny", headers=bearer)
+    assert deny.status_code == 409 and "a person's pause" in deny.json()["detail"]
+    ok = c.post(f"/api/approvals/{pause['approval_id']}/approve", headers=bearer)
+    assert ok.status_code == 200, ok.text
+    left = [a["kind"] for a in c.get("/api/approvals").json()]
+    assert "pause" not in left

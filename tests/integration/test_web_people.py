@@ -78,7 +78,7 @@ def test_each_person_signs_in_as_themselves_and_roles_decide_what_they_may_do(
     inbox = c.get("/approvals").text
     assert "vic may view this request but not decide it" in inbox
     assert 'value="approve"' not in inbox
-    assert "may not cancel, resume, roll back or rerun" in c.get(f"/runs/{run_id}").text
+    assert "may not cancel, pause, resume, roll back or rerun" in c.get(f"/runs/{run_id}").text
     forged = c.post(f"/approvals/{aid}/decide", data={"action": "approve", "csrf": csrf})
     assert forged.status_code == 403 and "approver role" in forged.json()["detail"]
     no_csrf = c.post(f"/approvals/{aid}/decide", data={"action": "approve"})

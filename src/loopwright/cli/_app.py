@@ -92,6 +92,8 @@ _ELSEWHERE = {
     "fork": "_fork_cmd",
     "memory": "_memory_cmd",
     "metrics": "_metrics_cmd",
+    "pause": "_decide_cmd",
+    "unpause": "_decide_cmd",
     "trace": "_observe",
     "export": "_observe",
     "replay": "_replay_cmd",

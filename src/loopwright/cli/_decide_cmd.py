@@ -1,4 +1,5 @@
-"""``loopwright approvals``, ``approve``, ``deny``, ``answer``, ``cancel`` and ``rollback``:
+"""``loopwright approvals``, ``approve``, ``deny``, ``answer``, ``cancel``, ``pause``,
+``unpause`` and ``rollback``:
 what waits for a person, and a person's decisions on a run (docs/permissions.md says who may).
 """
 
@@ -310,6 +311,74 @@ def cancel(
         )
     )
     _print_reversal(rec.run_id, reversal, done, "Runtime.cancel(run, loop=...)", me)
+
+
+@app.command(short_help="Pause a run at its next cycle boundary, until a person unpauses it.")
+def pause(
+    run_id: RunArg,
+    by: ByOpt = None,
+    note: NoteOpt = None,
+    store: StoreOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Pause a run: a request of kind `pause` is filed now (listed by `loopwright approvals`).
+    A run executing elsewhere parks at its next cycle boundary (the cycle under way finishes,
+    effects and all); one not executing parks now. No worker takes it until a person
+    unpauses it (`loopwright unpause RUN`); it then goes on where it stopped. Who may pause is
+    who may cancel."""
+    from .._engine import Runtime
+    from ._people_cmd import acting_as
+    from ._render import say
+
+    with Runtime(existing_store(store)) as rt:
+        rec = rt.store.get_run(run_id)
+        who = acting_as(rt.store, by, token, action="pause", target=f"run {rec.run_id}")
+        with as_options(by="--by", note="--note"):
+            filed = rt.pause(rec.run_id, by=who, note=note, origin="cli")
+        now = rt.store.get_run(rec.run_id)
+    short = rec.run_id[:12]
+    say(
+        f"run {short}: paused by {who} (request {filed.approval_id})"
+        if now.status == "awaiting_approval"
+        else f"run {short}: pause requested by {who} (request {filed.approval_id}): it parks at "
+        "its next cycle boundary; the cycle under way finishes first"
+    )
+    say(f"let it go on with: loopwright unpause {short}")
+
+
+@app.command(short_help="Let a paused run go on where it stopped.")
+def unpause(
+    run_id: RunArg,
+    by: ByOpt = None,
+    note: NoteOpt = None,
+    resume_now: Annotated[bool, typer.Option("--resume", help="Continue the run now.")] = False,
+    store: StoreOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Lift a run's pause (approve its `pause` request): a worker then takes it, or
+    `loopwright resume RUN` continues it, where it stopped. Who may unpause is who may pause."""
+    from .._engine import Runtime
+    from ._people_cmd import acting_as
+    from ._render import say
+
+    with Runtime(existing_store(store)) as rt:
+        rec = rt.store.get_run(run_id)
+        who = acting_as(rt.store, by, token, action="unpause", target=f"run {rec.run_id}")
+        with as_options(by="--by", note="--note"):
+            lifted = rt.unpause(rec.run_id, by=who, note=note, origin="cli")
+        say(f"unpaused run {rec.run_id[:12]} (request {lifted.approval_id}) by {who}")
+        if resume_now:
+            from ._interrupt import run_async
+            from ._tasks import exit_code_for
+
+            result = run_async(rt.resume(rec.run_id, _loop_for(rec)))
+            say(f"run {rec.run_id[:12]}: {result.status} ({result.stop_reason or '-'})")
+            raise typer.Exit(exit_code_for([result.status]))
+        left = rt.store.approvals(run_id=rec.run_id, status="pending")
+        if left:
+            say(f"it still waits on {len(left)} request(s): loopwright approvals")
+        else:
+            say(continue_hint(rec))
 
 
 def _reversal(store: Any, run_id: str) -> tuple[dict[str, Any], list[Any]]:

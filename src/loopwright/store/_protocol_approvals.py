@@ -7,7 +7,8 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any
 
-from ._records import Approval, RunRecord, past_expiry
+from .._errors import StoreError
+from ._records import Approval, NewApproval, RunRecord, past_expiry
 
 __all__ = ["ApprovalsStore", "approvals_matching"]
 
@@ -129,3 +130,13 @@ class ApprovalsStore(ABC):
     @abstractmethod
     def request_cancel(self, run_id: str) -> RunRecord:
         """Flag the run for cancellation; the executor honours it at the next cycle boundary."""
+
+    def request_pause(self, run_id: str, request: NewApproval, *, by: str, now: float) -> Approval:
+        """File a person's pause: ``request`` (kind ``pause``) written pending, with a
+        ``pause_requested`` event, atomically with the checks that the run has not ended
+        (``ConflictError``) and has no pending pause (``ConflictError``). A pending request
+        keeps a parked run from being claimed (``open_requests``); an executing run learns of
+        it from its next commit, which reports it (``commit``'s flag), and parks. A store
+        whose commit reports only cancellation has the run pause when it is next resumed.
+        The built-in stores close it (``cancelled``) in the commit that ends the run."""
+        raise StoreError(f"{type(self).__name__} does not implement request_pause")

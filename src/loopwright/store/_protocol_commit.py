@@ -48,8 +48,10 @@ class CommitStore(ApprovalsStore):
         checkpoint ``seq - 1``), the version rows and rejected digests given, append events,
         update the run's columns given in ``run``, and persist the approval requests given
         (``approval`` and every one of ``approvals``). Rejects a stale ``token`` with
-        ``StaleLeaseError`` and writes nothing then. Returns whether cancellation was
-        requested for this run."""
+        ``StaleLeaseError`` and writes nothing then. Returns whether a person asked the run to
+        stop: cancellation requested, or (the built-in stores) a request pending on it as the
+        commit fenced it, which for a run executing is a person's pause (``request_pause``); a
+        store that reports cancellation only has a paused run park when it next resumes."""
 
     def commit_request(self, it: CommitRequest) -> bool:
         """``commit`` of one request built already (the engine's: its record, events and run
@@ -115,7 +117,7 @@ class CommitStore(ApprovalsStore):
 
     def commit_many(self, items: Sequence[CommitRequest]) -> list[bool | StoreError]:
         """Group commit: several runs' commits, ideally in one transaction (one sync to disk).
-        Each is fenced on its own; the result per item is the cancel flag, or the
+        Each is fenced on its own; the result per item is ``commit``'s flag, or the
         ``StaleLeaseError``/``ConflictError`` that refused it (nothing of it written). This
         default commits them one by one; stores override it with one transaction."""
         out: list[bool | StoreError] = []

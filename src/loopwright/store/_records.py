@@ -258,6 +258,11 @@ class NewApproval:
     expires_at: float | None
 
 
+#: The kind of the request a person's pause files (``Runtime.pause``): the run parks at its
+#: next cycle boundary and goes on once the request is approved.
+PAUSE = "pause"
+
+
 @dataclass(frozen=True, slots=True)
 class ClosedApproval:
     """A pending approval request that a commit closes (status ``cancelled``), in the

@@ -27,8 +27,8 @@ def sql_int(n: int) -> int:
 
 @dataclass(slots=True)
 class BatchRows:
-    """What ``commit_many``'s one-pass path writes: a result per commit (its cancel flag, or
-    why it was refused) and the rows of every accepted commit, table by table."""
+    """What ``commit_many``'s one-pass path writes: a result per commit (its stop flag,
+    ``ASKED``, or why it was refused) and the rows of every accepted commit, table by table."""
 
     results: list[bool | StoreError] = field(default_factory=list)
     # run-row updates, grouped by the columns they set (one statement per group)
@@ -56,8 +56,8 @@ def batch_rows(
     *,
     js: Callable[[Any], Any],
 ) -> BatchRows:
-    """Fence each commit against ``owner`` (run_id → (fencing token, cancel flag), read under
-    the batch's write lock) and turn the accepted ones into rows; ``cols[i]`` are the run
+    """Fence each commit against ``owner`` (run_id → (fencing token, stop flag: ``ASKED``),
+    read under the batch's write lock) and turn the accepted ones into rows; ``cols[i]`` are the run
     columns of ``items[i]``, already checked. A run-row update's row is ``(*column values, now,
     run_id, token)``, for ``... WHERE run_id=? AND fencing_token=?``; ``js`` makes a JSON
     column's parameter (text for SQLite, a ``Json`` for psycopg)."""

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._errors import ApprovalError, already_decided
-from ._records import Approval, RunRecord
+from .._errors import ApprovalError, ConflictError, RunNotFoundError, already_decided
+from ._records import PAUSE, Approval, NewApproval, NewEvent, RunRecord
 from ._rows import (
     APPROVAL_COLS,
+    approval_row,
     decided_event,
+    event_row,
     sql_int,
 )
 from ._schema import EXPIRING
@@ -160,3 +162,45 @@ class ApprovalsSQL(SQLCore):
         with self._tx() as conn:
             conn.execute(self._q.cancel, (True, run_id))
         return self.get_run(run_id)
+
+    def request_pause(self, run_id: str, request: NewApproval, *, by: str, now: float) -> Approval:
+        q, js, m = self._q, self._js, self._MARK
+        with self._tx() as conn:
+            # The run's row locked first (PostgreSQL; SQLite's write lock is held already): a
+            # commit ending the run either went first (its status read here: refused) or waits,
+            # and then closes this request with the run (``_close_pauses``).
+            self._lock_run(conn, run_id)
+            row = conn.execute(f"SELECT status FROM runs WHERE run_id={m}", (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFoundError(f"no run {run_id!r}")
+            if row[0] in ENDED:
+                raise ConflictError(f"run {run_id} already ended ({row[0]}); nothing to pause")
+            held = conn.execute(
+                f"SELECT approval_id, requested_at FROM approvals WHERE run_id={m} "
+                f"AND status='pending' AND kind={m}",
+                (run_id, PAUSE),
+            ).fetchone()
+            if held is not None:
+                raise ConflictError(
+                    f"run {run_id} is paused already (request {held[0]}): approve that request "
+                    "to let it go on"
+                )
+            at = self._store_now(conn, now)
+            conn.execute(q.insert_approval, approval_row(run_id, request, at, js))
+            data = {
+                "approval_id": request.approval_id,
+                "by": by,
+                "note": request.evidence.get("note"),
+            }
+            conn.execute(
+                q.insert_event,
+                event_row(run_id, NewEvent(request.cycle, "pause_requested", data), now, js),
+            )
+        found = self.approval(request.approval_id)
+        assert found is not None  # (written just now)
+        return found
+
+
+# The statuses of a run that ended (``_contract.TERMINAL_STATUSES``, which the store does not
+# import: the engine's module)
+ENDED = ("accepted", "stopped", "escalated", "cancelled", "failed")

@@ -206,6 +206,9 @@ class CommitSQL(ReadsSQL):
             ):
                 if table:
                     self._executemany(conn, statement, table)
+            for it, c, ok in zip(items, cols, rows.results, strict=True):
+                if c.get("ended_at") is not None and not isinstance(ok, StoreError) and ok:
+                    self._close_pauses(conn, it.run_id, now)
         except self._DB_FAILURE:
             raise  # the database, not a value (locked, disk full...): every commit fails
         except self._REFUSED as exc:
@@ -283,7 +286,22 @@ class CommitSQL(ReadsSQL):
                     q.insert_event,
                     decided_event(self._approval(row), c.by, c.note, None, now, js),
                 )
+        if flag[0] and cols.get("ended_at") is not None:
+            self._close_pauses(conn, run_id, now)
         return bool(flag[0])
+
+    def _close_pauses(self, conn: Any, run_id: str, now: float) -> None:
+        """A run that ends (this commit's) with a person's pause pending (filed while its last
+        cycle ran, ``request_pause``): the pause is closed with it, in its transaction, so no
+        request stays open on an ended run. Only asked when the commit's fencing read said a
+        request is pending (the run's end, not every commit)."""
+        at = self._store_now(conn, now)
+        why = "the run ended before it paused"
+        for row in conn.execute(self._q.close_pauses, ("loopwright", at, why, run_id)).fetchall():
+            conn.execute(
+                self._q.insert_event,
+                decided_event(self._approval(row), "loopwright", why, None, now, self._js),
+            )
 
 
 def _event_rows(

@@ -143,8 +143,8 @@ class SQLCore(LiveSQL, PeopleSQL, Store):
 
     @abstractmethod
     def _fence_batch(self, conn: Any, run_ids: Sequence[str]) -> dict[str, tuple[int, Any]]:
-        """run_id → (fencing token, cancel flag) of ``commit_many``'s runs, read so that no
-        token changes until the transaction ends."""
+        """run_id → (fencing token, stop flag: ``ASKED``) of ``commit_many``'s runs, read so
+        that no token changes until the transaction ends."""
 
     def _version_keys(self, conn: Any, run_id: str, keys: Collection[tuple[str, int]]) -> list[Any]:
         """Exactly these version rows (a backend may read them in one statement)."""

@@ -46,6 +46,12 @@ RUNNABLE_STATUS = (
 )
 
 
+# What a commit's fencing read returns about the run: a person asked it to stop, by a cancel
+# (``cancel_requested``) or by a request pending on it (``open_requests``, kept by triggers),
+# which for a run executing is a person's pause. A boolean in both stores.
+ASKED = "(cancel_requested OR open_requests > 0)"
+
+
 class CoreStatements:
     """The SQL of one dialect, built once per backend class: written with ``?`` placeholders,
     given ``mark`` (the driver's), ``db_now`` (SQL for the server's clock in epoch seconds,
@@ -292,6 +298,11 @@ class CoreStatements:
         )
         self.approval_status = p("SELECT status, decided_by FROM approvals WHERE approval_id=?")
         self.approval_run = p("SELECT run_id FROM approvals WHERE approval_id=?")
+        # the pending pauses of a run that ends, closed with it (``CommitSQL._close_pauses``)
+        self.close_pauses = p(
+            "UPDATE approvals SET status='cancelled', decided_by=?, decided_at=?, note=? "
+            f"WHERE run_id=? AND status='pending' AND kind='pause' RETURNING {APPROVAL_COLS}"
+        )
         # --- effect keys, claimed store-wide (journal_put's ``claim``)
         self.claim_key = p(
             "INSERT INTO effect_keys(kind, key, run_id, status, args_hash, updated_at, "
@@ -378,5 +389,7 @@ class CoreStatements:
         )
         return self.p(
             f"UPDATE runs SET {assignments}, updated_at=? WHERE run_id=? AND fencing_token=?"
-            + (" RETURNING cancel_requested" if returning else "")
+            # (whether a person asked the run to stop: a cancel, or a request pending on it, which
+            # while it executes is a pause: ``Runtime.pause``; one read the commit does anyway)
+            + (f" RETURNING {ASKED}" if returning else "")
         )

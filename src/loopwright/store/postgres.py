@@ -45,6 +45,7 @@ from .._redact import redact_text
 from ._damage import damage_error
 from ._pg_schema import CLAIMABLE_PG, PG_MIGRATIONS, PG_TABLES
 from ._sql import RUNNABLE_STATUS, SQLStore
+from ._sql_statements import ASKED
 
 try:
     import psycopg
@@ -337,7 +338,7 @@ class PostgresStore(SQLStore):
         return {
             r[0]: (r[1], r[2])
             for r in conn.execute(
-                "SELECT run_id, fencing_token, cancel_requested FROM runs "
+                f"SELECT run_id, fencing_token, {ASKED} FROM runs "
                 "WHERE run_id = ANY(%s) ORDER BY run_id FOR NO KEY UPDATE",
                 (list(run_ids),),
             ).fetchall()

@@ -30,6 +30,7 @@ from .._json import dumps, loads, loads_all
 from ._damage import damage_error
 from ._schema import CLAIMABLE_SQLITE, SQLITE_MIGRATIONS
 from ._sql import SQLStore, Statement, owner_is_dead
+from ._sql_statements import ASKED
 
 __all__ = ["SQLiteStore", "owner_is_dead"]
 
@@ -460,7 +461,7 @@ class SQLiteStore(SQLStore):
         for i in range(0, len(run_ids), 500):  # under any build's limit on bound parameters
             chunk = run_ids[i : i + 500]
             found = conn.execute(
-                "SELECT run_id, fencing_token, cancel_requested FROM runs "
+                f"SELECT run_id, fencing_token, {ASKED} FROM runs "
                 f"WHERE run_id IN ({','.join('?' * len(chunk))})",
                 chunk,
             )

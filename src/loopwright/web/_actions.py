@@ -30,7 +30,7 @@ from ._views import run_summary, timeline
 __all__ = ["ACTIONS", "BUDGET_FIELDS", "ActionDeps", "merge_contract", "register_actions"]
 
 
-ACTIONS = ("cancel", "resume", "rollback", "rerun")
+ACTIONS = ("cancel", "pause", "resume", "rollback", "rerun")
 # The budget a person may change on a rerun from the page (any contract key through the API).
 BUDGET_FIELDS: dict[str, type] = {
     "max_cycles": int,

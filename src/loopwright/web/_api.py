@@ -128,6 +128,12 @@ def register_api(app: FastAPI, ctx: WebContext) -> None:
         """Cancel a run (recorded as the dashboard's identity)."""
         return api_act(request, run_id, "cancel")
 
+    @app.post("/api/runs/{run_id}/pause", tags=["runs"])
+    def api_pause(request: Request, run_id: str) -> dict[str, Any]:
+        """Pause a run at its next cycle boundary (recorded as the dashboard's identity); it
+        goes on once its ``pause`` request is approved."""
+        return api_act(request, run_id, "pause")
+
     @app.post("/api/runs/{run_id}/resume", tags=["runs"])
     def api_resume(request: Request, run_id: str) -> dict[str, Any]:
         """Resume an interrupted run in the background, where its spec file is found."""

@@ -106,8 +106,9 @@ def permitted_unrecorded(store: Store, by: str, action: str, run_id: str, where:
 
 
 def act(ctx: WebContext, request: Request, run_id: str, how: str) -> tuple[RunRecord, str]:
-    """Cancel or resume a run as the signed-in person; the event log keeps who and
-    when (``cancel_requested`` / ``resume_requested``, beside the engine's own)."""
+    """Cancel, pause or resume a run as the signed-in person; the event log keeps who and
+    when (``cancel_requested`` / ``pause_requested`` / ``resume_requested``, beside the
+    engine's own)."""
     store, auth = ctx.store, ctx.auth
     try:
         rec = store.get_run(run_id)
@@ -138,6 +139,14 @@ def act(ctx: WebContext, request: Request, run_id: str, how: str) -> tuple[RunRe
             raise http_error(exc) from exc
         said = "cancelled" if done.status == "cancelled" else "cancellation requested"
         return done, f"{said} by {by}"
+    if how == "pause":  # checked, filed and audited by the engine (``Runtime.pause``)
+        try:
+            filed = Runtime(store).pause(rec.run_id, by=by, origin=where)
+        except LoopwrightError as exc:
+            raise http_error(exc) from exc
+        done = store.get_run(rec.run_id)
+        said = "paused" if done.status == "awaiting_approval" else "pause requested"
+        return done, f"{said} by {by} (request {filed.approval_id}): unpause it to go on"
     if how == "resume":
         if rec.status == "awaiting_approval" and store.approvals(
             run_id=rec.run_id, status="pending"
