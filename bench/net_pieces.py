@@ -36,6 +36,11 @@ TEXT = (
 PROSE = ('the loop keeps a "draft" of each section and\nrevises it until the checks pass; ' * 20)[
     :1500
 ]
+# Prose with capitals, ``_`` and ``.`` (a docstring, a model's answer): the capitals' pre-check
+# reads it for the mixed-case keys' prefixes (``mixed_case_key``; stop 52, keys52), at 1.5 KB
+# and 15 KB
+CAPS = 'The Loop keeps a "draft" of each_section. It Revises it until the checks pass; ' * 200
+CAPS_SMALL, CAPS_BIG = CAPS[:1500], CAPS[:15000]
 
 _TO_SPACE = bytes(c if chr(c) in shapes._NEEDLE_CHARS else 32 for c in range(256))
 _NEEDLES = tuple(n.encode() for n in shapes._PREFILTER)
@@ -73,6 +78,7 @@ def _words(low: str) -> bool | None:
 def pieces() -> dict[str, tuple[Callable[[], Any], str]]:
     whole = orjson.loads(TEXT)
     low, prose = TEXT.lower(), PROSE.lower()
+    caps_small, caps_big = CAPS_SMALL.lower(), CAPS_BIG.lower()
     fields = _redact.SECRET_FIELDS
     pats = _redact._key_patterns_of(fields)
     assert pats is not None
@@ -97,6 +103,15 @@ def pieces() -> dict[str, tuple[Callable[[], Any], str]]:
         "words": (lambda: _words(low), "the prefilter, runs of needle characters (not kept)"),
         "prose": (lambda: shapes._triggered(prose, passw=True), "the prefilter, 1.5 KB prose"),
         "words-prose": (lambda: _words(prose), "the variant, 1.5 KB prose (not kept)"),
+        "upper-caps": (
+            lambda: shapes._upper_triggered(CAPS_SMALL, caps_small),
+            "the capitals' pre-check, 1.5 KB prose with capitals",
+        ),
+        "upper-caps-big": (
+            lambda: shapes._upper_triggered(CAPS_BIG, caps_big),
+            "the capitals' pre-check, 15 KB prose with capitals",
+        ),
+        "prose-big": (lambda: shapes._triggered(caps_big, passw=True), "the prefilter, 15 KB"),
     }
 
 

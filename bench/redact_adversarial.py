@@ -95,6 +95,16 @@ UNITS = {
     "qkey-camel-auth": "'xAuthorization ",
     "twilio-ac-hex": "AC0123456789abcdef0123456789abcdef 0123456789abcdef0123456789abcdef ",
     "twilio-hex-run": "AC0123456789abcdef0123456789abcdef " + "0123456789abcdef" * 8,
+    # stop 52 (keys52): the new providers' prefixes, a body cut short, a run a key may fill
+    "cerebras": "csk-a1b2c3d4e5-",
+    "fireworks": "fw_aaaaaaaaaaaaaaaaaaaaaaaaA",
+    "fireworks-lower": "fw_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa ",
+    "langsmith": "lsv2_pt_0123456789abcdef0123456789abcdef_",
+    "doppler": "dp.st.dev.",
+    "sentry": "sntrys_eyJhYWFhYWFhYWFhYWFhYWFh_",
+    "atlassian": "-ATATT3aaaa",
+    "google-run": "-AIza",
+    "azure": "AccountKey=",
 }
 
 # masked with a secret registered (its base64 forms are searched for too)

@@ -43,7 +43,10 @@ _AT = {
     "cookie": ("cookie",),
     "passw": ("conn", "enc"),  # ``passw(?:or)?d``
     "api": ("conn", "enc"),  # ``api[_-]?key``
-    "access": ("conn",),  # ``access[_-]?token``
+    "access": ("conn",),  # ``access[_-]?token`` (``shared`` before ``access[_-]?key``)
+    "accountkey": ("conn",),
+    "account_key": ("conn",),
+    "account-key": ("conn",),
     "secret": ("conn", "kv", "logkv", "enc"),  # (and ``client[_-]?secret`` before it)
     "token": ("kv", "logkv", "enc"),
     "pwd": ("pwd",),
@@ -68,7 +71,8 @@ KEY_HEADS = (
     *("sk_live_", "sk_test_", "rk_live_", "rk_test_", "sk-", "github_pat_", "xox", "akia"),
     *("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "asia", "aiza", "hf_", "glpat-", "gsk_", "xai-"),
     *("pplx-", "npm_", "pypi-age", "ya29.", "gocspx-", "xapp-", "dop_v1_", "shp", "r8_", "lw_"),
-    *("sg.", "nvapi-", "tvly-", "pcsk_", "whsec_"),
+    *("sg.", "nvapi-", "tvly-", "pcsk_", "whsec_", "doo_v1_", "dor_v1_", "lsv2_", "csk-"),
+    *("fw_", "lin_api_", "ntn_", "dp.", "sntry", "atatt3"),
 )
 _TWILIO_HEADS = ("SK", "AC")
 _HEX = frozenset("0123456789abcdef")

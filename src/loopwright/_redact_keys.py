@@ -5,11 +5,16 @@ and characters its provider documents, so a word that starts the same (``xai-bas
 OAuth access tokens (``ya29.``) and client secrets (``GOCSPX-``), Slack app tokens
 (``xapp-``), DigitalOcean (``dop_v1_``), Shopify (``shpat_``, ``shpss_``, ``shpca_``,
 ``shppa_``) and Replicate (``r8_``); since stop 52 NVIDIA (``nvapi-``), Tavily (``tvly-``),
-Pinecone (``pcsk_``) and Stripe's webhook signing secrets (``whsec_``).
+Pinecone (``pcsk_``) and Stripe's webhook signing secrets (``whsec_``); since stop 52
+(keys52) LangSmith (``lsv2_pt_``, ``lsv2_sk_``), Cerebras (``csk-``), Fireworks (``fw_``),
+Linear (``lin_api_``), Notion (``ntn_``), Doppler (``dp.pt.``, ``dp.st.``, …), Sentry
+(``sntrys_``, ``sntryu_``), Atlassian (``ATATT3``) and DigitalOcean's OAuth and refresh
+tokens (``doo_v1_``, ``dor_v1_``).
 
 A text reaches ``_SHAPES`` only past the pre-check (``_redact_shapes._triggered`` and
-``_upper_triggered``). The keys whose body is lower-case hex (DigitalOcean, Shopify) are
-among its ``_TRIGGERS``; the others' bodies mix cases, so a text holding one has a capital,
+``_upper_triggered``). The keys whose body is lower-case (DigitalOcean, Shopify, LangSmith,
+Sentry's user tokens; Cerebras's ``csk-`` holds the trigger ``sk-``) are among its
+``_TRIGGERS``; the others' bodies mix cases, so a text holding one has a capital,
 and ``mixed_case_key`` looks for their prefixes only in such a text: the engine's own records
 are lower-case (one ``memcmp`` tells), and pay nothing for these prefixes.
 """
@@ -22,17 +27,41 @@ PROVIDER_KEYS = (
     r"|npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])|pypi-AgE[A-Za-z0-9_-]{50,}"
     r"|ya29\.[A-Za-z0-9_-]{20,}|GOCSPX-[A-Za-z0-9_-]{28}(?![A-Za-z0-9_-])"
     r"|xapp-[0-9]+-[A-Z0-9]+-[0-9]+-[a-f0-9]{32,}"
-    r"|dop_v1_[a-f0-9]{64}(?![A-Za-z0-9])"
+    r"|do[opr]_v1_[a-f0-9]{64}(?![A-Za-z0-9])"
     r"|shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}(?![A-Za-z0-9])"
     r"|r8_[A-Za-z0-9]{37}(?![A-Za-z0-9])"
     r"|nvapi-[A-Za-z0-9_-]{64}(?![A-Za-z0-9_-])"
     r"|tvly-(?:dev-|prod-)?+[A-Za-z0-9]{32}(?![A-Za-z0-9])"
     r"|pcsk_[A-Za-z0-9]{4,8}_[A-Za-z0-9]{40,}"
     r"|whsec_[A-Za-z0-9+/=]{32,}"
+    # (keys52) LangSmith: 32 and 10 hex digits; Cerebras: 48 letters and digits
+    r"|lsv2_(?:pt|sk)_[a-f0-9]{32}_[a-f0-9]{10}(?![A-Za-z0-9])"
+    r"|csk-[A-Za-z0-9]{40,}+(?![_-])"
+    # Fireworks: a body of 20 or more with a capital or a digit, not an identifier's words
+    # (``fw_version_check``, ``fw_update``)
+    r"|fw_(?=[a-z]*+[A-Z0-9])[A-Za-z0-9]{20,}+(?![_-])"
+    r"|lin_api_[A-Za-z0-9]{40}(?![A-Za-z0-9])"
+    r"|ntn_[0-9]{11}[A-Za-z0-9]{35}(?![A-Za-z0-9])"
+    # Doppler: personal, service (an environment's name before the body), service account,
+    # CLI, SCIM and audit tokens
+    r"|dp\.(?:pt|st|sa|ct|scim|audit)\.(?:[a-z0-9_-]{2,35}\.)?+[A-Za-z0-9]{40,}"
+    # Sentry: an organization's token (base64 JSON, ``_`` and a secret of 43: a ``/`` after it
+    # is a URL's path), a user's (64 hex digits)
+    r"|sntrys_eyJ[A-Za-z0-9+/]{20,}+={0,2}+_[A-Za-z0-9+/]{43}"
+    r"|sntryu_[a-f0-9]{64}(?![A-Za-z0-9])"
+    # Atlassian's API tokens (about 190 characters)
+    r"|ATATT3[A-Za-z0-9_=-]{100,}"
 )
 
-# The lower-case keys' prefixes, for ``_TRIGGERS`` (``shp`` and ``dop_v`` in its prefilter).
-LOWER_PREFIXES = ("shpat_", "shpss_", "shpca_", "shppa_", "dop_v1_")
+# The lower-case keys' prefixes, for ``_TRIGGERS`` (Sentry's ``sntrys_`` holds ``eyj``, one).
+LOWER_PREFIXES = (
+    *("shpat_", "shpss_", "shpca_", "shppa_", "dop_v1_", "doo_v1_", "dor_v1_"),
+    *("lsv2_pt_", "lsv2_sk_", "sntryu_"),
+)
+# Each of ``LOWER_PREFIXES`` holds one of these (``_PREFILTER``'s needles for them): none holds
+# a digit, which a long text keeps where it is stripped of the characters no needle holds
+# (``_NOT_NEEDLE``); ``_pt_`` for ``lsv2_pt_`` (``lsv2_sk_`` holds Stripe's ``k_``).
+LOWER_NEEDLES = ("shp", "dop_v", "doo_v", "dor_v", "_pt_", "sntryu_")
 
 
 def mixed_case_key(s: str) -> bool:
@@ -42,7 +71,16 @@ def mixed_case_key(s: str) -> bool:
     has none. Each test spelled out: a generator over the prefixes cost a fifth of the call
     (≈ 22 k instructions on a 663-character record, 18 k without; one regular expression of
     all the prefixes, a single scan, 54 k: its first characters are common letters)."""
-    if "_" in s and ("gsk_" in s or "npm_" in s or "r8_" in s or "pcsk_" in s or "whsec_" in s):
+    if "_" in s and (
+        "gsk_" in s
+        or "npm_" in s
+        or "r8_" in s
+        or "pcsk_" in s
+        or "whsec_" in s
+        or "fw_" in s
+        or "lin_api_" in s
+        or "ntn_" in s
+    ):
         return True
     if "-" in s and (
         "xai-" in s
@@ -54,4 +92,6 @@ def mixed_case_key(s: str) -> bool:
         or "tvly-" in s
     ):
         return True
-    return "." in s and "ya29." in s
+    if "." in s and ("ya29." in s or "dp." in s):
+        return True
+    return "T" in s and "ATATT3" in s

@@ -13,7 +13,7 @@ import functools
 import re
 from collections.abc import Iterable
 
-from ._redact_keys import LOWER_PREFIXES, PROVIDER_KEYS, mixed_case_key
+from ._redact_keys import LOWER_NEEDLES, LOWER_PREFIXES, PROVIDER_KEYS, mixed_case_key
 
 REDACTED = "***"
 
@@ -159,7 +159,9 @@ _SHAPE_ALTERNATIVES: dict[str, str] = {
     # is a quote too; a quoted value is read to its closing quote (``_value``)
     "conn": r"(?P<conn>(?i:passw(?:or)?d|api[_-]?key|secret[_-]?(?:access[_-]?)?key"
     r"|client[_-]?secret"
-    r"|access[_-]?token)\s*+\\*+['\"]?\s*+(?:=>?+|:)\s*\\*+['\"]?)(?!\*\*\*)" + _value(_BARE),
+    # (Azure's storage and Service Bus connection strings: ``AccountKey=``, ``SharedAccessKey=``)
+    r"|access[_-]?token|account[_-]?key|(?<=shared)access[_-]?key)\s*+\\*+['\"]?\s*+(?:=>?+|:)\s*\\*+['\"]?)(?!\*\*\*)"
+    + _value(_BARE),
     # token=…, github_token='…', Cfg(secret='…'): a value with a letter (``token=7`` is a count,
     # and so is a number written with an exponent: ``USD_PER_INPUT_TOKEN = 15e-6``)
     "kv": r"(?P<kv>(?i:token|secret)\\*+['\"]?\s*=\s*\\*+['\"]?)(?!\*\*\*)"
@@ -216,7 +218,8 @@ _SHAPE_ALTERNATIVES: dict[str, str] = {
     r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
     r"|xox[abprs]-[A-Za-z0-9-]{10,}"
     r"|(?:AKIA|ASIA)[0-9A-Z]{16}\b"
-    r"|AIza[0-9A-Za-z_-]{35}"
+    # (Google's keys are 39 characters: a longer run is masked whole, not its first 39)
+    r"|AIza[0-9A-Za-z_-]{35,}+"
     r"|hf_[A-Za-z0-9]{20,}"
     r"|glpat-[A-Za-z0-9_-]{20,}"
     + "|"
@@ -506,13 +509,13 @@ _TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
 
 # Every trigger of ``_TRIGGER`` contains one of these (``gh`` stands for the five ``gh?_``,
 # ``k_`` for Stripe's four: a needle fewer is a scan fewer, which pays for one of the
-# lower-case provider keys' ``shp`` and ``dop_v``, stop 48):
+# lower-case provider keys' ``LOWER_NEEDLES``, stop 48 and keys52):
 # on text with none of them — a clean record — the regular expression never runs. The
 # substring tests run in C; together they cost less than one pass of the expression.
 _PREFILTER = (
     *("access", "aiza", "akia", "api", "asia", "authorization", "bearer", "eyj", "gh"),
     *("github_pat_", "glpat-", "hf_", "k_", "lw_", "passw", "private", "secret", "sk-"),
-    *("pwd", "passphrase", "cookie", "credentials", "session", "shp", "dop_v"),
+    *("pwd", "passphrase", "cookie", "credentials", "session", *LOWER_NEEDLES),
 )
 
 
