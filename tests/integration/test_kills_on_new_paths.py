@@ -13,6 +13,7 @@ killed with SIGKILL at the same points (``newpaths/runner.py``)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -184,11 +185,42 @@ def _step(db: str, work: Path, scenario: str, step: str, kill: str | None) -> in
     return proc.returncode
 
 
+# On SQLite, the store and work folder after a scenario's steps before its first kill, played
+# once for the cases that share them (cap_then_edit's three kills in its resume share ``run``,
+# ``edit_b``): each such case starts from a copy (every process had exited, so the database
+# file is complete) instead of replaying the same uninterrupted processes.
+_PREFIXES: dict[tuple[str, int], Path] = {}
+
+
+def _unkilled_prefix(db: str, work: Path, scenario: str, kills: list[list[str]]) -> int:
+    """How many of the scenario's first steps ``work`` already holds, copied from the same
+    steps played once without a kill; 0 on PostgreSQL (each case plays every step)."""
+    steps, i = nk.SCENARIOS[scenario][1], 0
+    first = len(steps)
+    for n, step in enumerate(steps):
+        if step in nk.ENGINE_STEPS:
+            if kills[i]:
+                first = n
+                break
+            i += 1
+    if first == 0 or db != f"sqlite:///{work / 's.db'}":
+        return 0
+    if (scenario, first) not in _PREFIXES:
+        played = Path(tempfile.mkdtemp(prefix="lw-np-prefix-"))
+        for step in steps[:first]:
+            assert _step(f"sqlite:///{played / 's.db'}", played, scenario, step, None) == 0
+        _PREFIXES[scenario, first] = played
+    shutil.copytree(_PREFIXES[scenario, first], work, dirs_exist_ok=True)
+    return first
+
+
 def sigkill_play(db: str, work: Path, scenario: str, kills: list[list[str]]) -> int:
     """The scenario, one process a step, engine step ``i`` killed at each of ``kills[i]`` in
     turn: each kill asked for must happen. Returns how many processes were killed."""
-    i = killed = 0
-    for step in nk.SCENARIOS[scenario][1]:
+    steps = nk.SCENARIOS[scenario][1]
+    done = _unkilled_prefix(db, work, scenario, kills)
+    i, killed = sum(step in nk.ENGINE_STEPS for step in steps[:done]), 0
+    for step in steps[done:]:
         if step not in nk.ENGINE_STEPS:
             assert _step(db, work, scenario, step, None) == 0
             continue
