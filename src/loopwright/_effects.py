@@ -36,7 +36,7 @@ EffectFn = Callable[..., Any | Awaitable[Any]]
 KeyFn = Callable[[Mapping[str, Any]], str]
 ReconcileFn = Callable[[str], Any | Awaitable[Any]]
 # The compensation is handed the original's key, result and arguments: a fresh ``dict`` of
-# them, so a hook typed ``args: dict[str, Any]`` (README) or ``Mapping[str, Any]`` both fit.
+# them, so a hook typed ``args: dict[str, Any]`` (docs/effects.md) or ``Mapping[str, Any]`` both fit.
 CompensateFn = Callable[[str, Any, dict[str, Any]], Any | Awaitable[Any]]
 # The decorators hand back the function they were given, its own type kept for the caller's
 # type checker (``paid(key)`` is still ``dict | None``, not ``Any | Awaitable[Any]``).

@@ -57,7 +57,7 @@ EXIT_PIPE_CLOSED = 141
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code (documented in README.md)."""
+    """Run the CLI; returns the process exit code (documented in docs/cli.md)."""
     try:
         code = _main(argv)
     finally:

@@ -235,7 +235,7 @@ def interrupted(r: RunRecord, now: float) -> str | None:
         return f"interrupted? no process is running it: {how}"
     if r.lease_expires_at >= now:
         # A process of this host that is gone holds nothing: resume takes the run over at
-        # once (the README's "loses its lease at once"), so say so now
+        # once (docs/storage.md: "loses its lease at once"), so say so now
         if r.lease_owner and owner_is_dead(r.lease_owner):
             return f"interrupted? its process on this host is gone: {how}"
         return None
