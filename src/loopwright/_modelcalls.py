@@ -160,6 +160,7 @@ def model_call_record(
     provider: str | None = None,
     server: str | None = None,
     response_model: str | None = None,
+    priced_by: str | None = None,
     finish_reason: str | None = None,
     first_token_s: float | None = None,
     error: str | None = None,
@@ -169,7 +170,9 @@ def model_call_record(
     operation: str = "chat",
 ) -> dict[str, Any]:
     """The stored form of one call: the figures first (what an event list shows), then the
-    prompt as ``[{"role", "content"}]`` and the reply, both cut to their limits, masked."""
+    prompt as ``[{"role", "content"}]`` and the reply, both cut to their limits, masked.
+    ``priced_by`` (the adapters' price source: which model's price billed it) is kept when
+    given."""
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
     room = PROMPT_CHARS
     kept: list[dict[str, str]] = []
@@ -208,6 +211,8 @@ def model_call_record(
         "reply_chars": None if reply is None else len(reply),
         "truncated": cut_any or reply_cut,
     }
+    if priced_by is not None:
+        rec["priced_by"] = clip_masked(priced_by, 1000)
     out: dict[str, Any] = redact(rec)  # the prompt and reply are masked already: not scanned twice
     return {**out, "prompt": kept, "reply": reply_shown}
 
