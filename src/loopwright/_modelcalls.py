@@ -62,6 +62,10 @@ model call's error, a reviewer's finding or summary): a server may answer with a
 body, and every copy of it (packet, journal, events) would be stored whole and scanned whole by
 the redaction net."""
 
+MODEL_CHARS = 200
+"""The model a server says it served (a reply's ``model``), as kept and priced: longer is a
+server's noise, not a name (a 10 MB one was stored whole in every call's record)."""
+
 CLIPPED = "…[cut: {n} more characters]"
 """Appended where ``clip_masked`` cut a text."""
 
@@ -192,7 +196,9 @@ def model_call_record(
     )
     rec: dict[str, Any] = {
         "model": model,
-        "response_model": response_model,
+        "response_model": (
+            None if response_model is None else clip_masked(str(response_model), MODEL_CHARS)
+        ),
         "provider": provider,
         "server": server,
         "operation": operation,

@@ -40,6 +40,24 @@ def _call(server: FakeOpenAI, asked: str, served: Any, **kw: Any) -> ChatActor:
     return actor
 
 
+def _run(
+    server: FakeOpenAI, tmp_path: Path, served: Any
+) -> tuple[lw.RunResult, list[dict[str, Any]]]:
+    """One run whose one call asks for gpt-4o-mini and is answered as ``served``: its result
+    and its recorded calls."""
+    server.script(ok(FIX, model=served, **TOKENS))
+    actor = ChatActor("gpt-4o-mini", base_url=server.base_url, provider="openai", timeout_s=5)
+    loop = lw.Loop(
+        name="served",
+        actor=actor,
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True, score=1.0, findings=()))],
+        contract=lw.Contract(success=lw.Success(min_score=0.9), budget=lw.Budget(max_cycles=2)),
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(loop, TASK)
+        return r, [e.data for e in rt.store.events(r.run_id) if e.kind == "model_call"]
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_dearer_model_served_is_billed_at_its_price(
     fake_openai: FakeOpenAI, stream: bool, caplog: pytest.LogCaptureFixture
@@ -101,19 +119,7 @@ def test_a_price_override_wins_whatever_is_served(fake_openai: FakeOpenAI) -> No
 
 
 def test_a_run_spends_and_records_the_served_price(fake_openai: FakeOpenAI, tmp_path: Path) -> None:
-    fake_openai.script(ok(FIX, model="gpt-4o", **TOKENS))
-    actor = ChatActor("gpt-4o-mini", base_url=fake_openai.base_url, provider="openai", timeout_s=5)
-    loop = lw.Loop(
-        name="served",
-        actor=actor,
-        verifiers=[
-            lw.Check(fn=lambda s, p: lw.Verdict(passed=True, score=1.0, findings=())),
-        ],
-        contract=lw.Contract(success=lw.Success(min_score=0.9), budget=lw.Budget(max_cycles=2)),
-    )
-    with lw.Runtime(str(tmp_path / "s.db")) as rt:
-        r = rt.run_sync(loop, TASK)
-        calls = [e.data for e in rt.store.events(r.run_id) if e.kind == "model_call"]
+    r, calls = _run(fake_openai, tmp_path, "gpt-4o")
     assert r.spent.cost_usd == pytest.approx(_table("gpt-4o"))
     assert [c["response_model"] for c in calls] == ["gpt-4o"]
     assert calls[0]["cost_usd"] == pytest.approx(_table("gpt-4o"))
@@ -169,3 +175,16 @@ def test_a_prefix_of_another_vendor_is_still_unpriced() -> None:
         provider="openai",
     )
     assert got.source == "unpriced" and got.cost_usd == 0.0
+
+
+@pytest.mark.parametrize("served", ["m" * 100_000, {"id": "gpt-4o"}], ids=["huge", "object"])
+def test_a_served_model_that_is_no_name_is_not_stored_as_one(
+    fake_openai: FakeOpenAI, tmp_path: Path, served: Any
+) -> None:
+    r, calls = _run(fake_openai, tmp_path, served)
+    assert r.spent.cost_usd == pytest.approx(_table("gpt-4o-mini"))
+    (shown,) = [c["response_model"] for c in calls]
+    if isinstance(served, str):
+        assert shown.startswith("m" * 200) and len(shown) < 300  # cut, the cut marked
+    else:
+        assert shown == "gpt-4o-mini"  # not the object's repr

@@ -136,6 +136,7 @@ class _ChatModel(_ChatClient):
                 f"{self.model} at {public_url(self.base_url)} {counts.problem}: its tokens and "
                 "cost are not fully accounted",
             )
+        served = body.get("model")
         priced = price_call(
             self.model,
             input_tokens=input_tokens,
@@ -145,7 +146,7 @@ class _ChatModel(_ChatClient):
             default_endpoint=self._default_endpoint,
             provider=self.provider,
             override=self.price,
-            served=body.get("model"),  # a gateway may answer with another model than asked
+            served=served,  # a gateway may answer with another model than asked
         )
         if priced.model is not None and priced.model != self.model:
             self._warn_once(
@@ -179,7 +180,7 @@ class _ChatModel(_ChatClient):
             return ModelReply(
                 data,
                 refusal,
-                str(body.get("model") or self.model),
+                served if isinstance(served, str) and served.strip() else self.model,
                 mode,
                 input_tokens,
                 output_tokens,

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._errors import ConfigError
+from .._modelcalls import MODEL_CHARS
 from ._endpoint import _PROVIDER_PREFIXES
 
 __all__ = ["PriceOverride", "Priced", "price_call"]
@@ -134,10 +135,6 @@ class Priced:
     model: str | None = None
 
 
-SERVED_CHARS = 200
-"""The longest ``model`` a reply may name and have priced (a longer one is a server's noise)."""
-
-
 def _spellings(model: str) -> list[str]:
     """``model`` as spelt, then without each leading gateway prefix (``openai/``,
     ``azure/``...: those ``model_identity`` strips)."""
@@ -203,7 +200,7 @@ def price_call(
     other = (
         served.strip()
         if isinstance(served, str)
-        and 0 < len(served.strip()) <= SERVED_CHARS
+        and 0 < len(served.strip()) <= MODEL_CHARS
         and served.strip().lower() != model.strip().lower()
         else None
     )
