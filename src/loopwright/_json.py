@@ -368,14 +368,23 @@ MAX_DEPTH = 256  # a person's value nested deeper is refused (check_value)
 def _deeper_than(value: Any, limit: int) -> bool:
     """Whether ``value`` nests lists and objects more than ``limit`` deep (without recursion:
     a value that contains itself is found too deep, not looped over)."""
+    # only containers are pushed: a scalar has no depth of its own (pushing every string and
+    # number of a reply of 100,000 edits was most of its check)
+    if not isinstance(value, _NESTS):
+        return False
     stack = [(value, 0)]
     while stack:
         v, depth = stack.pop()
-        children = v.values() if isinstance(v, dict) else v if isinstance(v, list | tuple) else ()
-        if children and depth >= limit:
+        children = v.values() if isinstance(v, dict) else v
+        if not children:
+            continue
+        if depth >= limit:
             return True
-        stack.extend((c, depth + 1) for c in children)
+        stack.extend((c, depth + 1) for c in children if isinstance(c, _NESTS))
     return False
+
+
+_NESTS = (dict, list, tuple)
 
 
 def check_value(value: Any, *, field: str) -> None:

@@ -62,6 +62,10 @@ model call's error, a reviewer's finding or summary): a server may answer with a
 body, and every copy of it (packet, journal, events) would be stored whole and scanned whole by
 the redaction net."""
 
+MODEL_CHARS = 200
+"""The model a server says it served (a reply's ``model``), as kept and priced: longer is a
+server's noise, not a name (a 10 MB one was stored whole in every call's record)."""
+
 CLIPPED = "…[cut: {n} more characters]"
 """Appended where ``clip_masked`` cut a text."""
 
@@ -160,6 +164,7 @@ def model_call_record(
     provider: str | None = None,
     server: str | None = None,
     response_model: str | None = None,
+    priced_by: str | None = None,
     finish_reason: str | None = None,
     first_token_s: float | None = None,
     error: str | None = None,
@@ -169,7 +174,9 @@ def model_call_record(
     operation: str = "chat",
 ) -> dict[str, Any]:
     """The stored form of one call: the figures first (what an event list shows), then the
-    prompt as ``[{"role", "content"}]`` and the reply, both cut to their limits, masked."""
+    prompt as ``[{"role", "content"}]`` and the reply, both cut to their limits, masked.
+    ``priced_by`` (the adapters' price source: which model's price billed it) is kept when
+    given."""
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
     room = PROMPT_CHARS
     kept: list[dict[str, str]] = []
@@ -189,7 +196,9 @@ def model_call_record(
     )
     rec: dict[str, Any] = {
         "model": model,
-        "response_model": response_model,
+        "response_model": (
+            None if response_model is None else clip_masked(str(response_model), MODEL_CHARS)
+        ),
         "provider": provider,
         "server": server,
         "operation": operation,
@@ -208,6 +217,8 @@ def model_call_record(
         "reply_chars": None if reply is None else len(reply),
         "truncated": cut_any or reply_cut,
     }
+    if priced_by is not None:
+        rec["priced_by"] = clip_masked(priced_by, 1000)
     out: dict[str, Any] = redact(rec)  # the prompt and reply are masked already: not scanned twice
     return {**out, "prompt": kept, "reply": reply_shown}
 

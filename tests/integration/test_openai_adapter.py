@@ -18,7 +18,7 @@ from typing import Any
 import genai_prices
 import pytest
 from support.deadline_clock import HANG_S, DeadlineClock
-from support.fake_openai import FakeOpenAI, Reply, fail, garbage, ok
+from support.fake_openai import FakeOpenAI, Reply, context, fail, garbage, ok
 from support.ports import refused_port
 
 import loopwright as lw
@@ -403,18 +403,7 @@ def test_a_question_parks_the_run(tmp_path: Path, server: FakeOpenAI) -> None:
 
 
 def _ctx() -> lw.Context:
-    return lw.Context(
-        run_id="r1",
-        cycle=1,
-        goal="g",
-        task={"goal": "g", "held_out": {"secret": 1}, "id": "t1"},
-        artifacts={"doc": {"title": "x"}},
-        accepted={},
-        findings=(),
-        plan=(),
-        next_step=None,
-        remaining=lw.Remaining(cycles=3, cost_usd=1.0, tokens=None, seconds=None),
-    )
+    return context({"goal": "g", "held_out": {"secret": 1}, "id": "t1"})
 
 
 def test_priced_from_genai_prices_by_provider(server: FakeOpenAI) -> None:

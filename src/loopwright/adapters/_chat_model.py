@@ -136,6 +136,7 @@ class _ChatModel(_ChatClient):
                 f"{self.model} at {public_url(self.base_url)} {counts.problem}: its tokens and "
                 "cost are not fully accounted",
             )
+        served = body.get("model")
         priced = price_call(
             self.model,
             input_tokens=input_tokens,
@@ -145,7 +146,14 @@ class _ChatModel(_ChatClient):
             default_endpoint=self._default_endpoint,
             provider=self.provider,
             override=self.price,
+            served=served,  # a gateway may answer with another model than asked
         )
+        if priced.model is not None and priced.model != self.model:
+            self._warn_once(
+                f"served:{self.model}:{priced.model}",
+                f"{self.model}: the server says it served {priced.model!r}; its calls are "
+                f"billed at that model's price ({priced.detail})",
+            )
         if priced.source == "unpriced" and tokens:
             self._warn_once(
                 f"price:{self.model}", f"{self.model}: cost counted as 0: {priced.detail}"
@@ -172,7 +180,7 @@ class _ChatModel(_ChatClient):
             return ModelReply(
                 data,
                 refusal,
-                str(body.get("model") or self.model),
+                served if isinstance(served, str) and served.strip() else self.model,
                 mode,
                 input_tokens,
                 output_tokens,
@@ -253,6 +261,7 @@ class _ChatModel(_ChatClient):
             input_tokens=reply.input_tokens if reply is not None else None,
             output_tokens=reply.output_tokens if reply is not None else None,
             cost_usd=reply.priced.cost_usd if reply is not None else None,
+            priced_by=reply.priced.detail if reply is not None else None,
             finish_reason=reply.finish_reason if reply is not None else None,
             error=None if error is None else f"{type(error).__name__}: {error}",
             http_status=None if error is None else status_code(error),

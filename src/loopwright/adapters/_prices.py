@@ -11,6 +11,14 @@ Order of precedence, first that applies wins:
    as the hosted model of the same name.
 3. Nothing matched: the cost is 0 (tokens are still counted and still count against
    ``max_tokens``), and the adapter logs one warning per model and endpoint.
+
+In the table a model is looked up as spelt, then without a gateway's ``vendor/`` prefix
+(``openai/gpt-4o-mini`` at ``provider="openai"``), the prefixes ``model_identity`` strips. When
+the server says it served another model than the one asked for (a gateway's substitution, an
+Azure deployment's name), both are looked up and the call is billed at the dearer of the prices
+found: the served model's is what the provider bills; the asked model's bounds it from below, so a
+server claiming a cheaper model than asked never lowers the bill. A ``PriceOverride`` is the
+user's word for this adapter's calls and wins whatever the server says.
 """
 
 from __future__ import annotations
@@ -21,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._errors import ConfigError
+from .._modelcalls import MODEL_CHARS
+from ._endpoint import _PROVIDER_PREFIXES
 
 __all__ = ["PriceOverride", "Priced", "price_call"]
 
@@ -115,11 +125,47 @@ class Priced:
         cost_usd: dollars.
         source: ``override``, ``genai-prices`` or ``unpriced`` (cost 0).
         detail: the price used (``genai-prices: openai/gpt-4o-mini``), or why there was none.
+        model: the model name the price is that of (the one asked for, or the one the server
+            said it served); ``None`` for an override or no price.
     """
 
     cost_usd: float
     source: PriceSource
     detail: str
+    model: str | None = None
+
+
+def _spellings(model: str) -> list[str]:
+    """``model`` as spelt, then without each leading gateway prefix (``openai/``,
+    ``azure/``...: those ``model_identity`` strips)."""
+    out = [model]
+    head, sep, rest = model.partition("/")
+    while sep and rest and head.strip().lower() in _PROVIDER_PREFIXES:
+        out.append(rest)
+        head, sep, rest = rest.partition("/")
+    return out
+
+
+def _lookup(
+    genai_prices: Any,
+    usage: Any,
+    model: str,
+    base_url: str,
+    default_endpoint: bool,
+    provider: str | None,
+) -> Any:
+    """genai-prices' price of one call of ``model`` (its first spelling the table knows), or
+    ``None``. A failure of the table other than a miss is raised."""
+    for name in _spellings(model):
+        try:
+            if provider is not None:
+                return genai_prices.calc_price(usage, name, provider_id=provider)
+            if default_endpoint:
+                return genai_prices.calc_price(usage, name, provider_id="openai")
+            return genai_prices.calc_price(usage, name, provider_api_url=base_url)
+        except LookupError:
+            continue
+    return None
 
 
 def price_call(
@@ -132,8 +178,10 @@ def price_call(
     default_endpoint: bool,
     provider: str | None = None,
     override: PriceOverride | None = None,
+    served: object = None,
 ) -> Priced:
-    """Price one call (see the module's docstring for the order of precedence)."""
+    """Price one call of ``model`` that the server says ``served`` (its reply's ``model``, any
+    value; see the module's docstring for the order of precedence and the served model)."""
     if override is not None:
         return Priced(
             override.cost(input_tokens, output_tokens, cached_tokens),
@@ -149,25 +197,38 @@ def price_call(
     usage = genai_prices.Usage(
         input_tokens=input_tokens, output_tokens=output_tokens, cache_read_tokens=cached_tokens
     )
+    other = (
+        served.strip()
+        if isinstance(served, str)
+        and 0 < len(served.strip()) <= MODEL_CHARS
+        and served.strip().lower() != model.strip().lower()
+        else None
+    )
     try:
-        if provider is not None:
-            calc = genai_prices.calc_price(usage, model, provider_id=provider)
-        elif default_endpoint:
-            calc = genai_prices.calc_price(usage, model, provider_id="openai")
-        else:
-            calc = genai_prices.calc_price(usage, model, provider_api_url=base_url)
-    except LookupError:
-        where = f"provider {provider!r}" if provider else base_url
-        return Priced(
-            0.0,
-            "unpriced",
-            f"no price for model {model!r} at {where} in genai-prices; "
-            "pass price=PriceOverride(input_per_mtok, output_per_mtok) to account its cost",
+        asked = _lookup(genai_prices, usage, model, base_url, default_endpoint, provider)
+        got = (
+            None
+            if other is None
+            else _lookup(genai_prices, usage, other, base_url, default_endpoint, provider)
         )
     except Exception as exc:  # a price table bug must not fail the model call that succeeded
         return Priced(0.0, "unpriced", f"genai-prices failed: {type(exc).__name__}: {exc}")
-    return Priced(
-        float(calc.total_price),
-        "genai-prices",
-        f"genai-prices: {calc.provider.id}/{calc.model.id}",
-    )
+    if asked is None and got is None:
+        at = f"provider {provider!r}" if provider else base_url
+        names = repr(model) if other is None else f"{model!r} (served as {other!r})"
+        return Priced(
+            0.0,
+            "unpriced",
+            f"no price for model {names} at {at} in genai-prices; "
+            "pass price=PriceOverride(input_per_mtok, output_per_mtok) to account its cost",
+        )
+    # the dearer of the two; a tie (the same model under a dated name) is the asked one's
+    found = [(c, n) for c, n in ((asked, model), (got, other)) if c is not None]
+    calc, name = max(found, key=lambda cn: cn[0].total_price)  # (the first of equals)
+    detail = f"genai-prices: {calc.provider.id}/{calc.model.id}"
+    side = "asked" if name == model else "served"
+    if len(found) == 2 and found[0][0].model.id != found[1][0].model.id:
+        detail += f" (asked {model!r}, served {other!r}: the dearer, the {side} one)"
+    elif asked is None:
+        detail += f" (served {other!r}; asked {model!r} is not in the table)"
+    return Priced(float(calc.total_price), "genai-prices", detail, name)

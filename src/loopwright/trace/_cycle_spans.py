@@ -314,6 +314,8 @@ def _model_spans(call: Span, evs: Iterable[tuple[int, Event]], cycle: int) -> li
             a["loopwright.usage.total_tokens"] = int(tin) + int(tout)
         if d.get("cost_usd") is not None:
             a["loopwright.cost_usd"] = _float(d["cost_usd"])
+        if d.get("priced_by"):  # which model's price billed it (the asked or the served one)
+            a["loopwright.priced_by"] = str(d["priced_by"])
         if d.get("finish_reason"):
             a["gen_ai.response.finish_reasons"] = [str(d["finish_reason"])]
         if d.get("first_token_s") is not None:

@@ -429,6 +429,7 @@ _SUMMARY_FIELDS = (
     "input_tokens",
     "output_tokens",
     "cost_usd",
+    "priced_by",
     "finish_reason",
     "http_status",
     "error",
