@@ -223,7 +223,7 @@ def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iter
                     [],
                     [],
                     "-",
-                    f"[magenta]parked for approval{said}[/]",
+                    f"[magenta]{rec.get('parked_for') or 'parked for approval'}{said}[/]",
                     "-",
                 )
             elif rec and rec.get("decision") in _BY_PEOPLE:
