@@ -190,7 +190,7 @@ def _cycle_row(ck: Checkpoint, rec: dict[str, Any]) -> dict[str, Any]:
         "check_only": checked,
         # effects run with the values the person's edit replaced, not run again
         "effects_not_rerun": behind_text(rec["effects_not_rerun"])
-        if checked and rec.get("effects_not_rerun")
+        if rec.get("effects_not_rerun")
         else "",
         "replace": list(prop.get("replace") or []),
         "edits": edits,
