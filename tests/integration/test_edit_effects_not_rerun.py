@@ -223,3 +223,40 @@ def test_only_the_effects_that_ran_with_the_replaced_version_are_named(url: str)
         record = rt.store.latest_checkpoint(done.run_id).record or {}
         said = [(b["key"], b["ran_with"], b["now"]) for b in record["effects_not_rerun"]]
         assert said == [("publish:pub:v3", 4, 5)]
+
+
+def test_an_edit_beside_a_question_names_them_in_the_check_only_cycle_after_it(url: str) -> None:
+    """An edit made while a question waits owes a check-only cycle once it is answered
+    (``owed_after``): the version the edit replaced is carried into it."""
+    published: list[str] = []
+    publish = _publish(published, requires_success=False)
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle == 2:
+            return lw.Proposal(question=lw.Question("which tone?"))
+        edits = lw.Proposal.edit("doc", {"body": "X fast safe cheap"}).edits
+        return lw.Proposal(edits=edits, effects=(publish.call(text="X fast safe cheap"),))
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        hand = state.artifacts["doc"].values()["body"].startswith("Hand")
+        return lw.Verdict(passed=True, score=1.0 if hand else 0.5)
+
+    loop = lw.Loop(
+        name="pub4",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="c")],
+        effects=[publish],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="publish", action="allow"),)),
+        contract=lw.Contract(
+            success=lw.Success(accept_parts="on_success"), budget=lw.Budget(max_cycles=4)
+        ),
+    )
+    with lw.Runtime(url) as rt:
+        parked = rt.run_sync(loop, TASK, task_key="q")
+        assert parked.status == "awaiting_approval" and published == ["X fast safe cheap"]
+        rt.edit(parked.run_id, "doc/body", "Hand made, slow", by="ann")
+        rt.answer(parked.run_id, "calm", by="bea")
+        done = rt.resume_sync(parked.run_id, loop)
+        assert done.status == "accepted" and published == ["X fast safe cheap"]
+        record = rt.store.latest_checkpoint(done.run_id).record or {}
+        assert record.get("check_only") and record.get("effects_not_rerun") == BEHIND
