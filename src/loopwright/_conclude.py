@@ -421,8 +421,8 @@ class Concluding(RuntimeHost):
         if ex.check_only:  # judged a person's edit, no actor call (``_edit_check``)
             record["check_only"] = True
             s.history[-1]["check_only"] = True
-            if ex.effects_behind:  # run with the values the edit replaced, not run again
-                record["effects_not_rerun"] = ex.effects_behind
+        if ex.effects_behind:  # run with the values a person's edit replaced, not run again
+            record["effects_not_rerun"] = ex.effects_behind
         ex.events.append(
             NewEvent(
                 n,

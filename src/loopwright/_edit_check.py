@@ -24,7 +24,7 @@ cycle an edit; a run edited twice before it resumes judges the latest state once
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import _decide as rules
@@ -32,6 +32,7 @@ from ._contract import Contract
 from ._exec import Execution as _Exec
 from ._exec import call_rows
 from ._host import RuntimeHost
+from ._parts import Part
 from ._proposal import Proposal
 from ._question import answer_unread
 from ._redact_logs import masked_logger
@@ -50,6 +51,8 @@ __all__ = [
     "mark_edited",
     "owed_after",
     "owes_check",
+    "replaced_version",
+    "say_behind",
     "unjudged",
     "warn_unjudged",
 ]
@@ -61,14 +64,29 @@ CHECKED = "judged the person's edit"  # the check-only cycle's proposal note, as
 CHECK_ONLY = Proposal(note=CHECKED)
 
 
-def mark_edited(pending: Mapping[str, Any] | None, ref: str) -> dict[str, Any]:
+def mark_edited(
+    pending: Mapping[str, Any] | None,
+    ref: str,
+    replaced: Callable[[], Mapping[str, int]] | None = None,
+) -> dict[str, Any]:
     """The run's pending entry after a person edited part ``ref``: what it waited on, marked
     ``edited``, or, where it waited on nothing, a check-only cycle owed (its ``parts``: those
-    edited since the run's last cycle)."""
+    edited since the run's last cycle). ``replaced``: the version the edit replaced
+    (``replaced_version``), asked and kept for the part's first edit since then only
+    (``effects_behind``)."""
     if pending is None or pending.get("stage") == EDIT_CHECK:
-        return {"stage": EDIT_CHECK, "parts": _with(pending, "parts", ref)}
+        return {
+            "stage": EDIT_CHECK,
+            "parts": _with(pending, "parts", ref),
+            "replaced": _first(pending, "replaced", ref, replaced),
+        }
     # (the parts too: the check-only cycle it may owe once decided names them, as any does)
-    return {**pending, "edited": True, "edited_parts": _with(pending, "edited_parts", ref)}
+    return {
+        **pending,
+        "edited": True,
+        "edited_parts": _with(pending, "edited_parts", ref),
+        "edited_replaced": _first(pending, "edited_replaced", ref, replaced),
+    }
 
 
 def _with(pending: Mapping[str, Any] | None, field: str, ref: str) -> list[str]:
@@ -76,12 +94,43 @@ def _with(pending: Mapping[str, Any] | None, field: str, ref: str) -> list[str]:
     return [*(str(p) for p in (pending or {}).get(field) or () if p != ref), ref]
 
 
+def _first(
+    pending: Mapping[str, Any] | None,
+    field: str,
+    ref: str,
+    replaced: Callable[[], Mapping[str, int]] | None,
+) -> dict[str, dict[str, int]]:
+    """``pending[field]`` (by part: the version its first edit replaced), ``ref``'s added
+    where it has none yet."""
+    out = {str(k): dict(v) for k, v in ((pending or {}).get(field) or {}).items()}
+    if replaced is not None and ref not in out:
+        out[ref] = dict(replaced())
+    return out
+
+
 def owed_after(pending: Mapping[str, Any]) -> dict[str, Any] | None:
     """The entry a run owes once what it waited on (a question, compensations) is settled: a
     check-only cycle for the parts a person edited meanwhile (``mark_edited``), or None."""
     if not pending.get("edited"):
         return None
-    return {"stage": EDIT_CHECK, "parts": [str(p) for p in pending.get("edited_parts") or ()]}
+    return {
+        "stage": EDIT_CHECK,
+        "parts": [str(p) for p in pending.get("edited_parts") or ()],
+        "replaced": dict(pending.get("edited_replaced") or {}),
+    }
+
+
+def replaced_version(store: Store, run_id: str, ref: str, part: Part) -> dict[str, int]:
+    """The version of ``ref`` a person's edit is about to replace (its current one) and the
+    first cycle whose effects ran with it: its own cycle (an actor's version is applied before
+    its cycle's effects run), the next one for a person's (made once its cycle concluded).
+    Read when a person edits, not in a cycle: the run's ``edited`` events tell the two."""
+    base = part.current
+    by_person = any(
+        e.data.get("part") == ref and e.data.get("version") == base.n
+        for e in store.events_of_kinds(run_id, ("edited",))
+    )
+    return {"n": base.n, "since": base.cycle + 1 if by_person else base.cycle}
 
 
 def answer_owed(state: TaskState) -> bool:
@@ -178,48 +227,71 @@ async def judge(
 
 
 def effects_behind(
-    store: Store, run_id: str, state: TaskState, parts: Sequence[str]
+    store: Store,
+    run_id: str,
+    state: TaskState,
+    parts: Sequence[str],
+    replaced: Mapping[str, Mapping[str, Any]],
 ) -> list[dict[str, Any]]:
-    """The run's completed effects that ran while a part in ``parts`` (a person's edit, now
-    judged) held another value than its current one: each as ``{"effect", "key", "cycle",
-    "part", "ran_with", "now"}`` (version numbers). They are not run again: an effect runs at
-    most once per key, and a new one is an action of its own, asked by a proposal and
-    governed by the approval policy (invariants 2 and 6); said instead (polish52: a publish of
-    "X fast safe cheap" stood beside an accepted "Hand made …" and nothing said so). Read
-    only in a check-only cycle: the effects journal and the run's ``edited`` events."""
-    done = [e for e in store.journal(run_id, kind="effect") if e.status == "done"]
-    if not done or not parts:
-        return []
-    # (a person's version is made after its cycle concluded: not there when its effects ran)
-    by_people = {
-        (str(e.data.get("part")), e.data.get("version"))
-        for e in store.events_of_kinds(run_id, ("edited",))
-    }
+    """The run's completed effects that ran with the version a person's edit (now judged)
+    replaced, where that version's value is not the part's current one: each as ``{"effect",
+    "key", "cycle", "part", "ran_with", "now"}`` (version numbers). They are not run again: an
+    effect runs at most once per key, and a new one is an action of its own, asked by a
+    proposal and governed by the approval policy (invariants 2 and 6); said instead (polish52:
+    a publish of "X fast safe cheap" stood beside an accepted "Hand made …" and nothing said
+    so). ``replaced``: by part, the version its first edit since the last cycle replaced and
+    the first cycle whose effects ran with it (``replaced_version``); an effect that ran with
+    an older value was made stale by the change that replaced it, not by this edit.
+
+    Its cost does not grow with the run (invariant 8, polish52b: it read every version of the
+    part and the whole effects journal): the replaced version (held, or its one row) and the
+    done effects from its cycle on (the journal's (run_id, kind, cycle) index). An entry
+    written before ``replaced`` was kept is read as replacing the version before the
+    current one, from that version's cycle."""
     out: list[dict[str, Any]] = []
     for ref in parts:
         part = state.part(ref)
         if part is None:
             continue
-        now, versions = part.current, part.versions
-        for entry in done:
-            there = [
-                v
-                for v in versions
-                if v.cycle < entry.cycle or (v.cycle == entry.cycle and (ref, v.n) not in by_people)
-            ]
-            if not there or there[-1].n == now.n or same_value(there[-1].value, now.value):
-                continue
-            out.append(
-                {
-                    "effect": str(entry.data.get("name") or entry.kind),
-                    "key": entry.key.removeprefix("effect:"),
-                    "cycle": entry.cycle,
-                    "part": ref,
-                    "ran_with": there[-1].n,
-                    "now": now.n,
-                }
-            )
+        now = part.current
+        was = replaced.get(ref) or {"n": now.n - 1}
+        n = int(was["n"])
+        if not 1 <= n < now.n:
+            continue
+        base = part.known.get(n) or next(
+            iter(store.versions_page(run_id, ref, after=n - 1, limit=1)), None
+        )
+        if base is None or base.n != n or same_value(base.value, now.value):
+            continue
+        since = int(was.get("since", base.cycle))
+        # (up to the last concluded cycle: a parked cycle's effects run after the edit)
+        ran = store.journal_where(
+            run_id, kind="effect", after_cycle=since - 1, upto_cycle=state.cycle, statuses=("done",)
+        )
+        out += [
+            {
+                "effect": str(entry.data.get("name") or entry.kind),
+                "key": entry.key.removeprefix("effect:"),
+                "cycle": entry.cycle,
+                "part": ref,
+                "ran_with": n,
+                "now": now.n,
+            }
+            for entry in ran
+        ]
     return out
+
+
+def say_behind(ex: _Exec, n: int, behind: list[dict[str, Any]]) -> None:
+    """Record ``effects_behind``'s list for cycle ``n``: its record and (ended short of
+    success) packet (``ex.effects_behind``), an event, the next actor's notes, a warning."""
+    ex.effects_behind = behind
+    if not behind:
+        return
+    ex.events.append(NewEvent(n, "effects_not_rerun", {"effects": behind}))
+    # (the next actor is told: asking such an effect again is its proposal, a new key)
+    ex.state.notes.append({"kind": "effects_not_rerun", "effects": behind})
+    masked_logger("loopwright.runs").warning("run %s: %s", ex.run_id[:12], behind_text(behind))
 
 
 def behind_text(behind: Sequence[Mapping[str, Any]], limit: int = 3) -> str:
@@ -245,6 +317,7 @@ class EditCheck(RuntimeHost):
         s = ex.state
         n = s.cycle + 1
         parts = [str(p) for p in (s.pending or {}).get("parts") or ()]
+        replaced = dict((s.pending or {}).get("replaced") or {})
         s.pending = None  # cleared in this cycle's commit: judged once
         ex.events.append(NewEvent(n, "cycle_started", {"check_only": True}))
         ex.calls = []
@@ -258,14 +331,7 @@ class EditCheck(RuntimeHost):
         if ex.phase is not None:  # (a phase hook is set by the crash tests only)
             ex.at("before_check")
         ex.check_only = True
-        ex.effects_behind = effects_behind(self.store, ex.run_id, s, parts)
-        if ex.effects_behind:
-            ex.events.append(NewEvent(n, "effects_not_rerun", {"effects": ex.effects_behind}))
-            # (the next actor is told: asking such an effect again is its proposal, a new key)
-            s.notes.append({"kind": "effects_not_rerun", "effects": ex.effects_behind})
-            masked_logger("loopwright.runs").warning(
-                "run %s: %s", ex.run_id[:12], behind_text(ex.effects_behind)
-            )
+        say_behind(ex, n, effects_behind(self.store, ex.run_id, s, parts, replaced))
         try:
             why = {"why": "edited", "check_only": True, "parts": parts}
             return await judge(self, ex, n, CHECK_ONLY, CHECK_ONLY.digest(), why)

@@ -496,7 +496,8 @@ class Runtime(
         ``after_seq``: the ``seq`` of the last line handled; the lines after it come, each
         once (a consumer that reconnects passes what it last handled). ``follow=False``: the
         lines written so far, then stop. ``until``: ``"parked"`` stops once the run ends or
-        parks for a person (as ``run`` returns), ``"ended"`` only once it ends. While nothing
+        parks for a person (as ``run`` returns; a parked run whose request is decided is
+        followed through its resume), ``"ended"`` only once it ends. While nothing
         comes it looks again after ``poll_s`` seconds, doubling up to 5. A run nobody drives
         is waited for (a worker may claim it): break out, or bound it (``asyncio.timeout``).
         A mistake (an unknown run, an ``after_seq`` past the run's log) is raised here."""

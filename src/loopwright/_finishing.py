@@ -115,7 +115,7 @@ class Finishing(RuntimeHost):
                 # (a loop built in Python: `loopwright resume` has no spec to load it from)
                 from_python=self._from_python(ex),
             )
-        if packet is not None and ex.check_only and ex.effects_behind:
+        if packet is not None and ex.effects_behind:
             # a person's edit, judged and not accepted: its effects ran with what it replaced
             packet["effects_not_rerun"] = ex.effects_behind
         ex.state.next_action = (

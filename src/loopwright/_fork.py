@@ -21,6 +21,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterator, Mapping
+from functools import partial
 from typing import Any
 
 from ._authority import audit, may_operate, refused
@@ -28,7 +29,7 @@ from ._compare import contract_changes
 from ._concluded import concluded_in, refuse_rewritten
 from ._contract import TERMINAL_STATUSES, Contract, contract_from_snapshot
 from ._decide import cycle_cap
-from ._edit_check import mark_edited, unjudged, warn_unjudged
+from ._edit_check import mark_edited, replaced_version, unjudged, warn_unjudged
 from ._errors import ConfigError, ConflictError
 from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
@@ -337,7 +338,11 @@ class Forking(RuntimeHost):
                 audited = True
                 # Judged before the actor is asked again: the parked cycle once decided, else a
                 # check-only cycle next (``_edit_check``), owed in this commit.
-                s.pending = mark_edited(s.pending, ref)
+                # (with the version it replaces: the effects that ran with it are said once
+                # it is judged, ``effects_behind``)
+                s.pending = mark_edited(
+                    s.pending, ref, partial(replaced_version, self.store, rec.run_id, ref, part)
+                )
                 s.set_part(artifact, name, value, s.cycle)
                 s.set_status(ref, "accepted")  # a person's version is accepted by definition
                 part = s.part(ref)

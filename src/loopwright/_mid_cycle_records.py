@@ -41,6 +41,7 @@ __all__ = [
     "edits_after_run_ended",
     "in_order_with_concluded",
     "never_concluded",
+    "parked_words",
     "shown_records",
     "unapplied",
 ]
@@ -252,7 +253,11 @@ def unapplied(
         return None
     parked = record.get("decision") == "parked"
     if parked:
-        why = "parked for approval: " + _outcome(_request(record, decided), ended=ended)
+        req = _request(record, decided)
+        asked = pending.get("kind") == "question" or _is_question(req)
+        # (an actor's own question applies nothing; a risk rule's applies the proposal)
+        said = (_answer_outcome if pending.get("question_only") else _outcome)(req, ended=ended)
+        why = f"{QUESTION_PARKED if asked else APPROVAL_PARKED}: {said}"
     else:
         why = "not applied: its effects did not complete"
     return {
@@ -263,6 +268,30 @@ def unapplied(
         "usage": pending.get("usage"),
         "decision": why,
     }
+
+
+#: A parked cycle's words: waiting on an approval, or on the answer to a question it asked
+#: (polish52b: a question's read "parked for approval: answered by ann").
+APPROVAL_PARKED = "parked for approval"
+QUESTION_PARKED = "parked for an answer"
+
+
+def _is_question(req: Approval | None) -> bool:
+    return req is not None and req.kind == "question"
+
+
+def parked_words(record: Mapping[str, Any], decided: Mapping[str, Approval] | None) -> str:
+    """What a parked ``record``'s row says it waited on: an answer to the question its cycle
+    asked, or an approval (also where ``decided`` does not hold its request)."""
+    return QUESTION_PARKED if _is_question(_request(record, decided)) else APPROVAL_PARKED
+
+
+def _answer_outcome(req: Approval | None, *, ended: bool) -> str:
+    """What became of a question a cycle parked on and never concluded."""
+    if req is None or req.status == "pending":
+        return "never answered" if ended else "not answered yet"
+    by = f" by {req.decided_by}" if req.decided_by and req.status != "expired" else ""
+    return f"{req.status}{by}"
 
 
 def _outcome(req: Approval | None, *, ended: bool) -> str:

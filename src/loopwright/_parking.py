@@ -17,7 +17,7 @@ from typing import Any
 from ._authority import EARNED_BY, audit, expire
 from ._cycle import _candidate
 from ._earned import authority_status, earned_counts
-from ._edit_check import CHECK_ONLY, judge, owed_after
+from ._edit_check import CHECK_ONLY, effects_behind, judge, owed_after, say_behind
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError, RunNotFoundError
 from ._exec import Execution as _Exec
@@ -315,6 +315,7 @@ class Parking(RuntimeHost):
             )
         ex.check_only = bool(pend.get("check_only"))  # a check-only cycle parked, edited again
         ex.denied = _denied(pend)
+        self._say_behind(ex, pend)
         try:
             return await judge(
                 self,
@@ -326,7 +327,17 @@ class Parking(RuntimeHost):
                 approved=approved,
             )
         finally:
-            ex.check_only, ex.denied = False, None
+            ex.check_only, ex.denied, ex.effects_behind = False, None, []
+
+    def _say_behind(self, ex: _Exec, pend: Mapping[str, Any]) -> None:
+        """The effects earlier cycles ran with the versions a person's edit beside this
+        request replaced (``_edit_check.effects_behind``), said as a check-only cycle says
+        them (polish52b: this path said nothing)."""
+        parts = [str(p) for p in pend.get("edited_parts") or ()]
+        replaced = dict(pend.get("edited_replaced") or {})
+        say_behind(
+            ex, int(pend["cycle"]), effects_behind(self.store, ex.run_id, ex.state, parts, replaced)
+        )
 
     async def _judge_denied(
         self, ex: _Exec, pend: Mapping[str, Any], cause: str, evidence: dict[str, Any]
@@ -351,6 +362,7 @@ class Parking(RuntimeHost):
             return True
         why = {"approval_id": pend.get("approval_id"), "why": "edited", "check_only": True}
         ex.check_only, ex.denied = True, (cause, evidence)
+        self._say_behind(ex, pend)
         try:
             return await judge(
                 self,
@@ -361,7 +373,7 @@ class Parking(RuntimeHost):
                 {**why, "denied": True},
             )
         finally:
-            ex.check_only, ex.denied = False, None
+            ex.check_only, ex.denied, ex.effects_behind = False, None, []
 
     async def _resume_cycle(
         self,

@@ -80,3 +80,19 @@ def test_queue_with_the_ray_executor_is_one_line_and_exit_2(tmp_path: Path) -> N
     assert r.returncode == 2, r.stdout + r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "--queue" in r.stderr, r.stderr
     assert not store.exists()  # refused before anything was created
+
+
+def test_concurrency_where_no_run_is_driven_here_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """polish52b: ``run --queue --concurrency 2`` (and with ``--executor ray``) ignored the
+    option without a word; it is refused before anything is created."""
+    _setup(tmp_path)
+    store = tmp_path / "s.db"
+    for how in (("--queue",), ("--executor", "ray")):
+        r = lw(
+            "run", "loop.toml", "--tasks", "t.jsonl", *how, "--concurrency", "2",
+            cwd=tmp_path, store=store,
+        )  # fmt: skip
+        assert r.returncode == 2, r.stdout + r.stderr
+        said = r.stderr.strip().splitlines()
+        assert len(said) == 1 and "--concurrency" in said[0] and how[0] in said[0], r.stderr
+        assert not store.exists()  # refused before anything was created

@@ -19,13 +19,37 @@ from loopwright.web import create_app
 
 WEB = load_sibling(__file__, "test_web.py", "_effects_not_rerun_web_helpers")
 TASK = {"artifacts": {"doc": {"body": ""}}}
+# What the edit of doc/body to a hand-made text names: cycle 1's publish ran with version 2.
+BEHIND = [
+    {
+        "effect": "publish",
+        "key": "publish:pub:X fast safe cheap",
+        "cycle": 1,
+        "part": "doc/body",
+        "ran_with": 2,
+        "now": 3,
+    }
+]
 
 
-def _loop(published: list[str], cycles: int = 3) -> lw.Loop:
-    @lw.effect("publish", name="publish", key=lambda a: f"pub:{a['text']}")
+def _publish(published: list[str], *, requires_success: bool = True) -> Any:
+    """The ``publish`` effect, keyed by its text, recording what it published."""
+
+    @lw.effect(
+        "publish",
+        name="publish",
+        key=lambda a: f"pub:{a['text']}",
+        requires_success=requires_success,
+    )
     def publish(text: str) -> dict[str, Any]:
         published.append(text)
         return {"published": text}
+
+    return publish
+
+
+def _loop(published: list[str], cycles: int = 3) -> lw.Loop:
+    publish = _publish(published)
 
     def actor(ctx: lw.Context) -> lw.Proposal:
         text = "X fast safe cheap"
@@ -59,16 +83,7 @@ def _edited(url: str, value: str, cycles: int = 3) -> tuple[lw.RunResult, list[s
 def test_an_accepted_edit_says_which_effects_ran_with_what_it_replaced(url: str) -> None:
     done, published = _edited(url, "Hand made, slow")
     assert done.status == "accepted" and published == ["X fast safe cheap"]  # not run again
-    behind = [
-        {
-            "effect": "publish",
-            "key": "publish:pub:X fast safe cheap",
-            "cycle": 1,
-            "part": "doc/body",
-            "ran_with": 2,
-            "now": 3,
-        }
-    ]
+    behind = BEHIND
     with lw.Runtime(url) as rt:
         record = rt.store.latest_checkpoint(done.run_id).record or {}
         assert record.get("check_only") and record.get("effects_not_rerun") == behind
@@ -107,3 +122,141 @@ def test_an_edit_back_to_what_the_effect_ran_with_says_nothing(url: str) -> None
         assert done.status == "accepted"
         record = rt.store.latest_checkpoint(done.run_id).record or {}
         assert record.get("check_only") and "effects_not_rerun" not in record
+
+
+def _asks_later(published: list[str]) -> lw.Loop:
+    """Cycle 1 publishes the body (allowed), short of the score (no title); cycle 2 sets the
+    title with an ``announce`` a person must approve: it parks."""
+
+    publish = _publish(published, requires_success=False)
+
+    @lw.effect("announce", name="announce", key=lambda a: "ann")
+    def announce() -> dict[str, Any]:
+        return {"announced": True}
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle == 1:
+            edits = lw.Proposal.edit("doc", {"body": "X fast safe cheap"}).edits
+            return lw.Proposal(edits=edits, effects=(publish.call(text="X fast safe cheap"),))
+        edits = lw.Proposal.edit("doc", {"title": "T"}).edits
+        return lw.Proposal(edits=edits, effects=(announce.call(),))
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(
+            passed=True, score=1.0 if state.artifacts["doc"].values()["title"] else 0.5
+        )
+
+    rules = (
+        lw.PolicyRule(kind="publish", action="allow"),
+        lw.PolicyRule(kind="announce", action="require"),
+    )
+    return lw.Loop(
+        name="pub2",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="c")],
+        effects=[publish, announce],
+        approvals=lw.ApprovalPolicy(rules),
+        contract=lw.Contract(
+            success=lw.Success(accept_parts="on_success"), budget=lw.Budget(max_cycles=4)
+        ),
+    )
+
+
+def test_an_edit_beside_a_request_says_which_effects_ran_with_what_it_replaced(
+    url: str,
+) -> None:
+    """polish52b: an edit made while a request waits is judged again with the approved
+    proposal (``Parking._judge_again``), not by a check-only cycle: that path said nothing of
+    the effects earlier cycles ran with the value it replaced."""
+    published: list[str] = []
+    task = {"artifacts": {"doc": {"body": "", "title": ""}}}
+    with lw.Runtime(url) as rt:
+        parked = rt.run_sync(_asks_later(published), task, task_key="b")
+        assert parked.status == "awaiting_approval" and published == ["X fast safe cheap"]
+        rt.edit(parked.run_id, "doc/body", "Hand made, slow", by="ann")
+        rt.approve(parked.run_id, by="bea")
+        done = rt.resume_sync(parked.run_id, _asks_later(published))
+        assert done.status == "accepted" and published == ["X fast safe cheap"]
+        behind = BEHIND
+        record = rt.store.latest_checkpoint(done.run_id).record or {}
+        assert record.get("effects_not_rerun") == behind
+        [event] = rt.store.events_of_kinds(done.run_id, ("effects_not_rerun",))
+        assert event.data["effects"] == behind and event.cycle == 2
+    said = " ".join(shown_text(url, done.run_id)[0].split())
+    assert "publish (key publish:pub:X fast safe cheap, cycle 1) ran while doc/body" in said
+
+
+def test_only_the_effects_that_ran_with_the_replaced_version_are_named(url: str) -> None:
+    """An effect that ran with a value the actor replaced since was made stale by that
+    change, not by the person's edit: the edit names those run with the version it replaced
+    (read from that version's cycle on: the journal's index, not the whole journal)."""
+    published: list[str] = []
+
+    publish = _publish(published, requires_success=False)
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        text = f"v{ctx.cycle}"
+        edits = lw.Proposal.edit("doc", {"body": text}).edits
+        return lw.Proposal(edits=edits, effects=(publish.call(text=text),))
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        body = state.artifacts["doc"].values()["body"]
+        score = {"v1": 0.3, "v2": 0.6}.get(body, 1.0)  # accepted at v3, and the person's
+        return lw.Verdict(passed=True, score=score)
+
+    loop = lw.Loop(
+        name="pub3",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="c")],
+        effects=[publish],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="publish", action="allow"),)),
+        contract=lw.Contract(
+            success=lw.Success(accept_parts="on_success"), budget=lw.Budget(max_cycles=5)
+        ),
+    )
+    with lw.Runtime(url) as rt:
+        first = rt.run_sync(loop, TASK, task_key="w")
+        assert first.status == "accepted" and published == ["v1", "v2", "v3"]
+        rt.edit(first.run_id, "doc/body", "Hand made", by="ann")
+        done = rt.resume_sync(first.run_id, loop)
+        assert done.status == "accepted"
+        record = rt.store.latest_checkpoint(done.run_id).record or {}
+        said = [(b["key"], b["ran_with"], b["now"]) for b in record["effects_not_rerun"]]
+        assert said == [("publish:pub:v3", 4, 5)]
+
+
+def test_an_edit_beside_a_question_names_them_in_the_check_only_cycle_after_it(url: str) -> None:
+    """An edit made while a question waits owes a check-only cycle once it is answered
+    (``owed_after``): the version the edit replaced is carried into it."""
+    published: list[str] = []
+    publish = _publish(published, requires_success=False)
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle == 2:
+            return lw.Proposal(question=lw.Question("which tone?"))
+        edits = lw.Proposal.edit("doc", {"body": "X fast safe cheap"}).edits
+        return lw.Proposal(edits=edits, effects=(publish.call(text="X fast safe cheap"),))
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        hand = state.artifacts["doc"].values()["body"].startswith("Hand")
+        return lw.Verdict(passed=True, score=1.0 if hand else 0.5)
+
+    loop = lw.Loop(
+        name="pub4",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="c")],
+        effects=[publish],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="publish", action="allow"),)),
+        contract=lw.Contract(
+            success=lw.Success(accept_parts="on_success"), budget=lw.Budget(max_cycles=4)
+        ),
+    )
+    with lw.Runtime(url) as rt:
+        parked = rt.run_sync(loop, TASK, task_key="q")
+        assert parked.status == "awaiting_approval" and published == ["X fast safe cheap"]
+        rt.edit(parked.run_id, "doc/body", "Hand made, slow", by="ann")
+        rt.answer(parked.run_id, "calm", by="bea")
+        done = rt.resume_sync(parked.run_id, loop)
+        assert done.status == "accepted" and published == ["X fast safe cheap"]
+        record = rt.store.latest_checkpoint(done.run_id).record or {}
+        assert record.get("check_only") and record.get("effects_not_rerun") == BEHIND

@@ -10,6 +10,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -218,3 +219,51 @@ def test_following_synchronously_inside_a_running_event_loop_is_refused(tmp_path
             return list(rt.events_sync(res.run_id, follow=False))  # no wait: allowed
 
         assert asyncio.run(inside()) == _stored(rt, res.run_id)
+
+
+def test_a_parked_run_whose_request_is_decided_is_followed_through_its_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """polish52b: ``until="parked"`` on a run parked when following starts, its question
+    answered since (a worker about to resume it), returned at once: the resume unseen. It
+    waits on a resume, not on a person: followed through it. Unanswered, it stops at once.
+    The resume is driven from inside the first wait (recorded, not slept)."""
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        run = rt.run_sync(fr.make_loop(ask=True), fr.TASK, task_key="decided-1")
+        assert run.status == "awaiting_approval"
+        waiting = list(rt.events_sync(run.run_id))  # a person is asked: stops at once
+        assert waiting == _stored(rt, run.run_id)
+        rt.answer(run.run_id, "yes", by="ops")
+        waits: list[float] = []
+
+        def fake_sleep(s: float) -> None:
+            waits.append(s)
+            assert rt.resume_sync(run.run_id, fr.make_loop()).status == "accepted"
+
+        monkeypatch.setattr(_follow, "_sleep", fake_sleep)
+        after = list(rt.events_sync(run.run_id, after_seq=waiting[-1]["seq"]))
+        assert len(waits) == 1
+        assert waiting + after == _stored(rt, run.run_id)
+        assert after[-1]["kind"] == "stopped"
+
+
+def test_the_async_follower_reads_the_store_off_the_event_loop(tmp_path: Path) -> None:
+    """polish52b: each look read the store on the event loop (a PostgreSQL round trip stopped
+    it, and a run driven on it). The reads run in another thread, the lines in order."""
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        res = rt.run_sync(fr.make_loop(), fr.TASK, task_key="thread-1")
+        threads: set[int] = set()
+        page = rt.store.events_page
+
+        def events_page(*a: Any, **kw: Any) -> Any:
+            threads.add(threading.get_ident())
+            return page(*a, **kw)
+
+        rt.store.events_page = events_page  # type: ignore[method-assign]
+
+        async def follow() -> tuple[int, list[dict[str, Any]]]:
+            return threading.get_ident(), [r async for r in rt.events(res.run_id)]
+
+        loop_thread, got = asyncio.run(follow())
+        assert threads and loop_thread not in threads
+        assert got == _stored(rt, res.run_id)

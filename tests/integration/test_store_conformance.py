@@ -307,6 +307,18 @@ def test_list_runs_filters_and_order(store: Store) -> None:
     assert store.list_runs(project="none") == []
 
 
+def test_a_status_no_run_can_have_is_refused_naming_the_statuses(store: Store) -> None:
+    """polish52b: ``list_runs(status="acepted")`` returned [] (read as "no such runs"); only
+    the CLI checked the value. The store refuses it, ``count_runs`` alike, naming the field."""
+    _create(store, "k0")
+    for read in (store.list_runs, store.count_runs):
+        with pytest.raises(lw.ConfigError) as err:
+            read(status="acepted")
+        assert err.value.field == "status"
+        assert "acepted" in str(err.value) and "accepted" in err.value.message
+    assert store.count_runs(status="pending") == 1
+
+
 def test_the_loops_and_projects_of_the_runs_are_listed(store: Store) -> None:
     """``run_loops`` (leftovers48: ``--loop`` typos name the loops there are, as ``--project``
     typos name the projects), its SQL and its default for a store written before it alike."""

@@ -223,7 +223,7 @@ def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iter
                     [],
                     [],
                     "-",
-                    f"[magenta]parked for approval{said}[/]",
+                    f"[magenta]{rec.get('parked_for') or 'parked for approval'}{said}[/]",
                     "-",
                 )
             elif rec and rec.get("decision") in _BY_PEOPLE:
@@ -236,10 +236,10 @@ def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iter
         what = [f"{escape(str(prop.get('kind')))}:", *(escape(p) for p in parts), *_asked(prop)]
         if record_no_attempt(rec):  # no actor call: the verifiers judged a person's edit
             what = ["[cyan]check only:[/] judged the person's edit"]
-            if rec.get("effects_not_rerun"):  # (effects ran with the values it replaced)
-                what.append(f"[yellow]{escape(behind_text(rec['effects_not_rerun']))}[/]")
         elif rec.get("check_only"):  # the actor's attempt, denied: then the edit judged
             what = ["[cyan]request denied:[/] judged the person's edit"]
+        if rec.get("effects_not_rerun"):  # (effects ran with the values an edit replaced)
+            what.append(f"[yellow]{escape(behind_text(rec['effects_not_rerun']))}[/]")
         if rec.get("duplicate"):  # (a refusal counts as no progress, as a repeat does)
             refused = rec.get("decision") == "refused"
             what.append("[yellow](touches accepted work)[/]" if refused else "[yellow](repeat)[/]")

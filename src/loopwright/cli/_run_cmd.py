@@ -31,7 +31,13 @@ def run(
             help="Task key for a single task (starting the same key again continues that run).",
         ),
     ] = None,
-    concurrency: Annotated[int, typer.Option(help="Runs at once in this process.")] = 8,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            help="Runs at once in this process (default 8; --executor local without --queue only).",
+            show_default=False,
+        ),
+    ] = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
     executor: Annotated[
@@ -71,7 +77,7 @@ def run(
             "their task_key or id)",
             field="--task-key",
         )
-    if concurrency < 1:
+    if concurrency is not None and concurrency < 1:
         raise ConfigError("must be at least 1", field="--concurrency")
     keys = [check_key(key, "--task-key")] if key is not None else task_keys(loop.name, items)
     check_tasks(loop, items, keys)  # as Runtime.create checks each, before the first run
@@ -83,6 +89,16 @@ def run(
             "creates the runs for `loopwright worker` to drive; --executor ray drives them "
             "here: give one or the other",
             field="--queue",
+        )
+    if concurrency is not None and (queue or executor != "local"):
+        # (it was ignored: a default of 8 and an explicit value looked the same)
+        raise ConfigError(
+            "sets how many runs this process drives at once; --queue drives none here (give "
+            "it to `loopwright worker --concurrency N`)"
+            if queue
+            else "sets how many runs this process drives at once; --executor ray leaves that "
+            "to the Ray cluster",
+            field="--concurrency",
         )
     # a new store in a folder that does not exist is a typo's: every task would run again,
     # its effects paid again (refused before any is run, nothing created)
@@ -97,7 +113,7 @@ def run(
         )
     else:
         results = _execute(
-            loop, items, keys, store, concurrency, quiet=as_json, held=held, token=token
+            loop, items, keys, store, concurrency or 8, quiet=as_json, held=held, token=token
         )
     if as_json:
         _print_json([r.to_dict() for r in results])

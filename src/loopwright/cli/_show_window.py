@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._mid_cycle_records import decided_on, shown_records
+from .._mid_cycle_records import decided_on, parked_words, shown_records
 
 if TYPE_CHECKING:
     from ..store import Approval, RunRecord, Store
@@ -93,4 +93,5 @@ def _parked(record: dict[str, Any] | None, decided: Mapping[str, Approval]) -> A
     if not record or record.get("decision") != "parked":
         return record
     said = decided_on(record, decided)
-    return record if said is None else {**record, "outcome": said}
+    marker = {**record, "parked_for": parked_words(record, decided)}
+    return marker if said is None else {**marker, "outcome": said}

@@ -105,7 +105,8 @@ class RunsStore(ABC):
         page (keyset pagination); ``since``/``until``: epoch seconds, ``since ≤ created_at ≤
         until`` (either optional), selected by the database, so a window reads only its runs.
         The built-in stores refuse a ``search`` over 1,000 characters, or with a NUL, with a
-        ``ConfigError`` naming ``search``."""
+        ``ConfigError`` naming ``search``, and a ``status`` not in ``RUN_STATUSES`` with one
+        naming ``status`` and the statuses allowed (a misspelt one matched no run)."""
 
     @abstractmethod
     def count_runs(

@@ -6,7 +6,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .._contract import RUN_STATUSES
 from .._errors import (
+    ConfigError,
     ConflictError,
     RunNotFoundError,
     StaleLeaseError,
@@ -296,6 +298,11 @@ class RunsSQL(SQLCore):
         stop_reason: str | None,
         search: str | None,
     ) -> tuple[str, list[Any]]:
+        if status is not None and status not in RUN_STATUSES:
+            # (a misspelt status matched no run: an empty list, read as "no such runs")
+            raise ConfigError(
+                f"must be one of {', '.join(RUN_STATUSES)} (got {status!r})", field="status"
+            )
         where, args = _where(
             (
                 ("status", status),

@@ -11,7 +11,8 @@ Where it is: the id of the last event yielded (a run's event ids are in commit o
 stores' ``_lock_run``, so nothing is committed behind it later) and its ``seq``. It reads a
 page after it; when a page comes back short it looks at the run's status, read *before* that
 page (a run ends or parks in the commit that writes its last events, so a status read earlier
-than the page saw every event written before it). Nothing new: it waits ``poll_s``, doubling
+than the page saw every event written before it). A parked run whose request is decided waits
+on a resume, not on a person: ``until="parked"`` goes on following it. Nothing new: it waits ``poll_s``, doubling
 while nothing comes, up to ``max(poll_s, 5)`` seconds (the worker's idle backoff), and starts
 again from ``poll_s`` once something does. A consumer that reconnects passes the last ``seq``
 it handled as ``after_seq``: the next line is ``after_seq + 1``, none twice, none lost (a
@@ -72,6 +73,7 @@ class Follower:
         self.store = store
         self.run = store.get_run(run_id)  # an id, a unique prefix or a task key
         self.follow = follow
+        self.until = until
         self.ends = TERMINAL_STATUSES | ({"awaiting_approval"} if until == "parked" else set())
         self.poll_s = float(poll_s)
         self.idle = self.poll_s
@@ -93,6 +95,8 @@ class Follower:
     def look(self) -> list[dict[str, Any]]:
         """The next lines (masked), at most a page; ``done`` is set once none will follow."""
         status = self.store.get_run(self.run.run_id).status if self.follow else ""
+        if status == "awaiting_approval" and self.until == "parked" and not self._asks():
+            status = "running"  # its request decided: a resume is what comes next
         evs = self.store.events_page(self.run.run_id, after_id=self.after_id, limit=_PAGE)
         lines = [_line(self.run, self.seq + n, ev) for n, ev in enumerate(evs, 1)]
         if evs:
@@ -104,6 +108,12 @@ class Follower:
             self.done = True
         out: list[dict[str, Any]] = redact(lines)  # a trace leaves the engine: no secrets
         return out
+
+    def _asks(self) -> bool:
+        """Whether the parked run waits on a person: a request of it still pending. Read,
+        as its status is, before the page (polish52b: a run whose request was decided, a
+        worker about to resume it, ended ``until="parked"`` at once, its resume unseen)."""
+        return bool(self.store.approvals(run_id=self.run.run_id, status="pending"))
 
     def wait(self) -> float:
         """Seconds to wait before the next look: ``poll_s``, doubled each time nothing came."""
@@ -133,7 +143,11 @@ def follow_events_sync(store: Store, run_id: str, **kw: Any) -> Iterator[dict[st
 
 async def _follow(f: Follower) -> AsyncIterator[dict[str, Any]]:
     while True:
-        for line in f.look():
+        # In a thread: a look is two or three store round trips (PostgreSQL: network ones),
+        # which would stop the event loop, and a run driven on it. One look at a time, each
+        # awaited before the next: the lines keep their order.
+        lines = await asyncio.to_thread(f.look)
+        for line in lines:
             yield line
         if f.done:
             return

@@ -14,6 +14,7 @@ from .._mid_cycle_records import (
     concluded_cycles,
     decided_on,
     never_concluded,
+    parked_words,
     unapplied,
 )
 from ..store import Approval, Checkpoint, RunRecord, Store
@@ -151,6 +152,7 @@ def _unapplied_row(
             "unapplied": False,
             "held_out": _verdicts(rec.get("held_out")),
             "outcome": decided_on(rec, decided),  # the decision on its request, once made
+            "parked_for": parked_words(rec, decided),  # an approval, or a question's answer
         }
     row = _cycle_row(ck, shown)
     row["unapplied"] = True
@@ -188,11 +190,12 @@ def _cycle_row(ck: Checkpoint, rec: dict[str, Any]) -> dict[str, Any]:
         "check_only": checked,
         # effects run with the values the person's edit replaced, not run again
         "effects_not_rerun": behind_text(rec["effects_not_rerun"])
-        if checked and rec.get("effects_not_rerun")
+        if rec.get("effects_not_rerun")
         else "",
         "replace": list(prop.get("replace") or []),
         "edits": edits,
         "note": prop.get("note") or "",
+        "question": _question_text(prop),  # (what it asked, as ``show`` prints it)
         "effects": [str(e.get("name")) for e in prop.get("effects") or ()],
         "duplicate": bool(rec.get("duplicate")),
         "visible": _verdicts(rec.get("visible")),
@@ -203,3 +206,11 @@ def _cycle_row(ck: Checkpoint, rec: dict[str, Any]) -> dict[str, Any]:
         "cost_usd": float(usage.get("cost_usd") or 0.0),
         "tokens": int(usage.get("tokens") or 0),
     }
+
+
+def _question_text(prop: Mapping[str, Any]) -> str:
+    """The text of the question ``prop`` asked ("" for none), cut as a cell shows it."""
+    question = prop.get("question")
+    if not isinstance(question, Mapping) or not question.get("text"):
+        return ""
+    return short(str(question["text"]), 200)
