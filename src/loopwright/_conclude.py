@@ -232,20 +232,40 @@ class Concluding(RuntimeHost):
             judged=judged,
         )
 
-    def _too_many_tokens(self, ex: _Exec, n: int, cycle_tokens: int, t0: float) -> bool:
+    def _too_many_tokens(
+        self,
+        ex: _Exec,
+        n: int,
+        cycle_tokens: int,
+        t0: float,
+        proposal: Proposal,
+        effects: list[dict[str, Any]] | None,
+    ) -> bool:
         """End the run ``escalated`` for token counts no store can hold (``_conclude``): the
         cycle is not concluded; its spend is charged, the run's total kept at what a store
-        holds."""
+        holds. Effects the cycle already ran (``_apply``) are listed, as a stop among them
+        lists them (``effects_done``), with the proposal unverified: before, the packet said
+        the run escalated before its first cycle, not that a payment had been made."""
         spent = ex.state.spent
         total = spent.tokens
         if total > MAX_RUN_TOKENS:
             ex.state.spent = Usage._stored(spent.cost_usd, MAX_RUN_TOKENS, spent.seconds)
+        evidence: dict[str, Any] = {
+            "field": "Usage.tokens",
+            "cycle_tokens": cycle_tokens,
+            "run_tokens": total,
+        }
+        ran: dict[str, Any] = {}
+        if effects:
+            evidence["effects_done"] = [e for e in effects if e.get("status") == "done"]
+            ran["unverified"] = proposal.to_dict()
         return self._abort(
             ex,
             t0,
             "escalated",
             cause=_tokens_cause(n, cycle_tokens, total),
-            evidence={"field": "Usage.tokens", "cycle_tokens": cycle_tokens, "run_tokens": total},
+            evidence=evidence,
+            **ran,
         )
 
     def _conclude(
@@ -280,7 +300,7 @@ class Concluding(RuntimeHost):
         # or committed. Raised instead, the run stayed ``running`` and raised again on every
         # resume; a total past MAX_RUN_TOKENS failed the commit (stop 52).
         if tokens > MAX_TOKENS or old.spent.tokens > MAX_RUN_TOKENS:
-            return self._too_many_tokens(ex, n, tokens, t0)
+            return self._too_many_tokens(ex, n, tokens, t0, proposal, effects)
         s = candidate if candidate is not None else old
         effective: str | None = None
         if judged is not None and decision is None:

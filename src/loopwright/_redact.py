@@ -105,6 +105,9 @@ SECRET_FIELDS: frozenset[str] = frozenset(
         "api_key",
         "apikey",
         "access_key",
+        # Azure storage's key (``{"AccountKey": …}``, ``account_key``, ``accountkey``)
+        "account_key",
+        "accountkey",
         "private_key",
         "token",
         "access_token",
@@ -140,6 +143,7 @@ _SECRET_SUFFIXES = (
     "_apikey",
     "_token",
     "_access_key",
+    "_account_key",
     "_private_key",
     "_secret_key",
 )

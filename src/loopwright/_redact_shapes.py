@@ -423,6 +423,9 @@ _TRIGGERS = (
     "access_key",
     "access-key",
     "accesskey",
+    "account_key",
+    "account-key",
+    "accountkey",
     "token'",
     'token"',
     "token\\",
@@ -513,7 +516,7 @@ _TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
 # on text with none of them — a clean record — the regular expression never runs. The
 # substring tests run in C; together they cost less than one pass of the expression.
 _PREFILTER = (
-    *("access", "aiza", "akia", "api", "asia", "authorization", "bearer", "eyj", "gh"),
+    *("access", "account", "aiza", "akia", "api", "asia", "authorization", "bearer", "eyj", "gh"),
     *("github_pat_", "glpat-", "hf_", "k_", "lw_", "passw", "private", "secret", "sk-"),
     *("pwd", "passphrase", "cookie", "credentials", "session", *LOWER_NEEDLES),
 )

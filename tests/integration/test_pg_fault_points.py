@@ -434,16 +434,16 @@ def test_one_locked_run_does_not_stall_the_workers_other_leases(faults: Faults) 
         f.until("x's heartbeat waiting", lambda: f.waiting("lw_pg52_h", HEARTBEAT), w)
         [(before,)] = f.sql("SELECT lease_expires_at FROM runs WHERE run_id = %s", (y,))
 
-        def renewed_or_expired() -> str:
-            [(at, expired)] = f.sql(
-                "SELECT lease_expires_at, lease_expires_at < extract(epoch from "
-                "clock_timestamp()) FROM runs WHERE run_id = %s",
-                (y,),
-            )
-            return "expired" if expired else "renewed" if at > before else ""
+        def renewed() -> bool:
+            [(at,)] = f.sql("SELECT lease_expires_at FROM runs WHERE run_id = %s", (y,))
+            return bool(at > before)
 
-        # (renewed every 5 s; the lease runs 15 s: one a hang would let expire first)
-        assert f.until("y's lease renewed or expired", renewed_or_expired, w) == "renewed"
+        # y's renewal, while x's still waits on the lock (held until `finally`): a renewal
+        # fenced by y's token alone, so one that lands after y's lease ran out counts too (no
+        # other worker is there to take y over); waiting for it races nothing. Blocked behind
+        # x's, it never lands: PATIENCE, a bound that only that hang reaches, fails the test.
+        f.until("y's lease renewed while x's heartbeat waits", renewed, w)
+        assert f.waiting("lw_pg52_h", HEARTBEAT), "x's heartbeat stopped waiting on the lock"
     finally:
         lock.rollback()
         lock.close()

@@ -78,3 +78,39 @@ def test_a_budget_past_what_a_store_holds_is_refused(field: str) -> None:
         lw.Contract.from_dict({"budget": {field: 2**63}})
     assert err.value.field == f"contract.budget.{field}"
     assert getattr(lw.Budget(**{field: 2**63 - 1}), field) == 2**63 - 1
+
+
+@lw.effect("send", name="notify", key=lambda a: f"notify-{a['to']}")
+def _notify(to: str) -> dict[str, Any]:
+    return {"sent": to}
+
+
+def test_a_cycle_past_max_tokens_after_its_effects_lists_them(url: str) -> None:
+    """The cycle ran its effects (``_apply``) before its tokens were summed: the packet said
+    only that the run escalated before its first cycle, not that a message had been sent."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        edits = lw.Proposal.edit("doc", {"n": ctx.cycle}).edits
+        return lw.Proposal(
+            edits=edits, effects=(_notify.call(to="ann"),), usage=lw.Usage(tokens=2**53)
+        )
+
+    def check(s: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=True, score=1.0, usage=lw.Usage(tokens=2**53))
+
+    loop = lw.Loop(
+        name="tokens-effects",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        effects=[_notify],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="send", action="allow"),)),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+    )
+    r, rec = _ended(url, loop)
+    assert (r.status, rec.status, r.cycles) == ("escalated", "escalated", 0)
+    assert r.packet is not None
+    [done] = r.packet["evidence"]["effects_done"]
+    assert (done["name"], done["status"], done["result"]) == ("notify", "done", {"sent": "ann"})
+    assert r.packet["unverified_candidate"]["effects"] == [
+        {"name": "notify", "args": {"to": "ann"}, "key": None}
+    ]

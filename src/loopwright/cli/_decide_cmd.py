@@ -129,7 +129,7 @@ def _decide_hint(
     """What to type next under `loopwright approvals`: for one request, its own commands; for
     several, one form with RUN and ID to take from the list (naming only the newest request's
     run read as if it were the only one), and one command that continues them all."""
-    from ..store._records import past_expiry
+    from ..store._records import PAUSE, past_expiry
 
     at = store_flag()
     if total == 1:
@@ -142,17 +142,20 @@ def _decide_hint(
                 else f"escalate it with: loopwright resume {run}"
             )
             return f"it expired and can no longer be decided; {go_on}"
-        how = (
-            f"loopwright answer {run} TEXT {me}"
-            if a.kind == "question"
-            else f"loopwright approve {run} {me} [--note TEXT] (or deny)"
-        )
+        if a.kind == PAUSE:  # lifted or the run cancelled: denying a pause is refused
+            how = f"loopwright unpause {run} {me} (or end the run: loopwright cancel {run} {me})"
+        elif a.kind == "question":
+            how = f"loopwright answer {run} TEXT {me}"
+        else:
+            how = f"loopwright approve {run} {me} [--note TEXT] (or deny)"
         if only is not None and not only.spec_ref:
             return f"decide with: {how}\nthen: {continue_hint(only, 'continue it')}"
         return f"decide with: {how}\nthen: loopwright resume {run} (or add --resume above)"
     forms = []
-    if any(a.kind != "question" for a in reqs):
+    if any(a.kind not in ("question", PAUSE) for a in reqs):
         forms.append(f"loopwright approve RUN --request ID {me}{at} [--note TEXT] (or deny)")
+    if any(a.kind == PAUSE for a in reqs):
+        forms.append(f"a pause: loopwright unpause RUN {me}{at} (or loopwright cancel RUN)")
     if any(a.kind == "question" for a in reqs):
         forms.append(f"loopwright answer RUN TEXT --request ID {me}{at}")
     return (

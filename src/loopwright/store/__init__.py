@@ -15,6 +15,7 @@ from collections.abc import Callable
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 from .._errors import ConfigError
+from .._url_secrets import hide_url_secrets
 from ._base import Store
 from ._people import AuditRecord, AuthorityRecord, UserRecord, Vote
 from ._records import (
@@ -141,8 +142,11 @@ def refuse_undecoded(url: str) -> None:
     path = unquote(literal)
     if literal != path and not os.path.exists(path) and os.path.exists(literal):
         raise ConfigError(
-            f"{url!r} names {path!r} (a URL's %XX are decoded), which does not exist; "
-            f"{literal!r} does: give it as a plain file path (a path is read as it is)",
+            hide_url_secrets(
+                f"{url!r} names {path!r} (a URL's %XX are decoded), which does not exist; "
+                f"{literal!r} does: give it as a plain file path (a path is read as it is)",
+                url,
+            ),
             field="store",
         )
 
@@ -212,22 +216,29 @@ def open_store(url: str | os.PathLike[str] | None = None) -> Store:
     if path is not None:
         if not path:
             raise ConfigError(
-                f"{url!r} names no file; use sqlite:///path/to/store.db", field="store"
+                hide_url_secrets(f"{url!r} names no file; use sqlite:///path/to/store.db", url),
+                field="store",
             )
         if "#" in url:
             # urlsplit reads "#..." as a fragment and drops it: the store would be opened (and
             # created) at the path cut there, beside the one the user named
             raise ConfigError(
-                f"{url!r}: '#' ends the path of a URL, so this names another file; give "
-                "the store as a plain file path instead (a path is read as it is), or write "
-                "the '#' as %23",
+                hide_url_secrets(
+                    f"{url!r}: '#' ends the path of a URL, so this names another file; give "
+                    "the store as a plain file path instead (a path is read as it is), or "
+                    "write the '#' as %23",
+                    url,
+                ),
                 field="store",
             )
         refuse_undecoded(url)
         query = parse_qs(parts.query)
         unknown = set(query) - {"durability"}
         if unknown:
-            raise ConfigError(f"unknown option(s) {sorted(unknown)} in {url!r}", field="store")
+            raise ConfigError(
+                hide_url_secrets(f"unknown option(s) {sorted(unknown)} in {url!r}", url),
+                field="store",
+            )
         from .sqlite import SQLiteStore
 
         return SQLiteStore(path, durability=query.get("durability", ["full"])[0])
@@ -243,7 +254,10 @@ def open_store(url: str | os.PathLike[str] | None = None) -> Store:
             ) from None
         return PostgresStore(url)
     raise ConfigError(
-        f"unknown store URL scheme {parts.scheme!r} in {url!r}; use a file path, "
-        "sqlite:///path or postgresql://…",
+        hide_url_secrets(
+            f"unknown store URL scheme {parts.scheme!r} in {url!r}; use a file path, "
+            "sqlite:///path or postgresql://…",
+            url,
+        ),
         field="store",
     )

@@ -42,6 +42,7 @@ from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit
 from .._errors import ConfigError, StoreCorruptError, StoreError, StoreUnavailableError
 from .._json import dumps, loads
 from .._redact import redact_text
+from .._url_secrets import hide_url_secrets
 from ._damage import damage_error
 from ._pg_schema import CLAIMABLE_PG, PG_MIGRATIONS, PG_TABLES
 from ._sql import RUNNABLE_STATUS, SQLStore
@@ -139,7 +140,9 @@ def missing_schema(url: str) -> tuple[str, str, list[str]] | None:
             )
             return schema, conn.info.dbname, [r[0] for r in stores]
     except psycopg.Error as exc:
-        raise StoreError(f"cannot open store {shown}: {type(exc).__name__}: {exc}") from exc
+        raise StoreError(
+            hide_url_secrets(f"cannot open store {shown}: {type(exc).__name__}: {exc}", url)
+        ) from exc
 
 
 class PostgresStore(SQLStore):
@@ -199,7 +202,9 @@ class PostgresStore(SQLStore):
             damage = self._damaged(exc)  # (a table dropped that the migrations read)
             if damage is not None:
                 raise damage from exc
-            raise StoreError(f"cannot open store {self.url}: {type(exc).__name__}: {exc}") from exc
+            raise StoreError(
+                hide_url_secrets(f"cannot open store {self.url}: {type(exc).__name__}: {exc}", url)
+            ) from exc
         self._pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
             conninfo,
             min_size=pool_min,

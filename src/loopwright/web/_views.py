@@ -23,6 +23,7 @@ from .._decide import at_default_ceiling
 from .._packet import explain, run_stop_cause
 from .._state import Part, TaskState, Version
 from ..store import Approval, Event, JournalEntry, RunRecord
+from ..store._records import PAUSE
 from ._chart import CHART_DOTS, ChartPoint, chart_point, chart_points, chart_svg, per_pixel
 from ._timeline import ended_row, timeline, timeline_row
 from ._values import is_svg, picture_digest, short
@@ -238,7 +239,10 @@ def stop_cause_of(rec: RunRecord) -> str:
 def next_action_here(rec: RunRecord, state: TaskState, approvals: list[Approval]) -> str:
     """What the person on the run page should do next, in the page's own terms (the CLI's
     advice names commands; here the buttons are on the page)."""
-    if any(a.status == "pending" for a in approvals):
+    pending = [a for a in approvals if a.status == "pending"]
+    if pending and all(a.kind == PAUSE for a in pending):  # (denying a pause is refused)
+        return "The run is paused: Unpause it below to go on, or cancel it (signed in)."
+    if pending:
         return "Decide the request below: approve or deny it (you must be signed in)."
     done = decided_while_parked(rec, approvals)
     if done is not None:

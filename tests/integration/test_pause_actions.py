@@ -1,0 +1,83 @@
+"""What a pause request offers (stop 52): the dashboard's card showed Approve and Deny, and
+`loopwright approvals` said "approve … (or deny)", though denying a pause answers 409 /
+an ``ApprovalError``. A pause is lifted (Unpause, ``loopwright unpause``) or its run cancelled."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+import loopwright as lw
+from loopwright.cli._decide_cmd import _decide_hint
+from loopwright.web import create_app
+
+TOKEN = "pause-actions-token-0123456789"
+
+
+def _ok(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    return lw.Verdict(passed=True, score=1.0)
+
+
+def _loop() -> lw.Loop:
+    return lw.Loop(
+        name="pausing",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"v": 1}),
+        verifiers=[_ok],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+    )
+
+
+def _paused(store: str, key: str = "p-1") -> str:
+    with lw.Runtime(store) as rt:
+        rid = rt.create(_loop(), {"artifacts": {"doc": {"v": 0}}}, task_key=key)[0].run_id
+        rt.pause(rid, by="ann")
+    return rid
+
+
+def _buttons(page: str) -> list[str]:
+    return re.findall(r'<button name="action" value="(\w+)"', page)
+
+
+def test_the_card_of_a_pause_offers_unpause_and_cancel_not_deny(tmp_path: Path) -> None:
+    store = str(tmp_path / "s.db")
+    rid = _paused(store)
+    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url="http://127.0.0.1")
+    assert c.post("/login", data={"token": TOKEN, "next": "/approvals"}).status_code == 200
+    for path in ("/approvals", f"/runs/{rid}"):
+        page = c.get(path).text
+        card = page[page.index('class="decide"') :]
+        assert "deny" not in _buttons(card), path  # before: Deny, answered with a 409
+        assert "Unpause" in card and f"/runs/{rid}/confirm?action=cancel" in card, path
+    assert "The run is paused: Unpause it" in c.get(f"/runs/{rid}").text
+    # the offered actions work: Unpause lifts the pause
+    with lw.Runtime(store) as rt:
+        [pause] = rt.store.approvals(run_id=rid, status="pending")
+    page = c.get("/approvals").text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert csrf is not None
+    r = c.post(
+        f"/approvals/{pause.approval_id}/decide",
+        data={"csrf": csrf.group(1), "action": "approve", "note": ""},
+    )
+    assert r.status_code == 200, r.text
+    with lw.Runtime(store) as rt:
+        assert rt.store.approvals(run_id=rid, status="pending") == []
+    assert c.get(f"/runs/{rid}/confirm?action=cancel").status_code == 200
+
+
+def test_the_approvals_hint_for_a_pause_says_unpause_or_cancel(tmp_path: Path) -> None:
+    store = str(tmp_path / "s.db")
+    rid = _paused(store)
+    with lw.Runtime(store) as rt:
+        reqs = rt.store.approvals(status="pending")
+    hint = _decide_hint(reqs, 1, "--by NAME", None, time.time())
+    assert "deny" not in hint and "approve" not in hint, hint  # before: "approve … (or deny)"
+    assert f"loopwright unpause {rid[:12]}" in hint and f"loopwright cancel {rid[:12]}" in hint
+    _paused(store, "p-2")
+    with lw.Runtime(store) as rt:
+        reqs = rt.store.approvals(status="pending")
+    hint = _decide_hint(reqs, 2, "--by NAME", None, time.time())
+    assert "deny" not in hint and "loopwright unpause RUN" in hint, hint
