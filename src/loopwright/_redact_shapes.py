@@ -423,6 +423,10 @@ _TRIGGERS = (
     "access_key",
     "access-key",
     "accesskey",
+    # (an Azure ``AccountKey``/``account_key``, ``conn``'s: ``=`` triggers only that form)
+    "account_key",
+    "account-key",
+    "accountkey",
     "token'",
     'token"',
     "token\\",
@@ -516,6 +520,7 @@ _PREFILTER = (
     *("access", "aiza", "akia", "api", "asia", "authorization", "bearer", "eyj", "gh"),
     *("github_pat_", "glpat-", "hf_", "k_", "lw_", "passw", "private", "secret", "sk-"),
     *("pwd", "passphrase", "cookie", "credentials", "session", *LOWER_NEEDLES),
+    "account",  # (``account_key``, ``accountkey``: conn's key names, review52b)
 )
 
 
