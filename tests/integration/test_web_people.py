@@ -523,3 +523,42 @@ def test_a_count_beyond_the_windows_kept_names_whom_and_is_recorded_on_schedule(
         (MANY_SOURCES, "(unknown token)"): (1, ("sign in", "dashboard")),
     }
     assert written[-1] == ("http a", "wrong token", 0, ("sign in", "dashboard"), "(unknown token)")
+
+
+def test_an_operator_lifts_a_pause_from_the_dashboard(setup: tuple[TestClient, str, str]) -> None:
+    """Lifting a pause takes the operate permission (``loopwright unpause``), not the decide
+    one: the run page and the inbox showed a pause's card with the approver's form, hidden
+    from the operator who paused the run (who could not unpause it there) and offered to an
+    approver (who was refused). The operator gets Unpause; an approver is told (review52b)."""
+    c, store, run_id = setup
+    csrf = sign_in(c, "oscar")
+    r = c.post(f"/runs/{run_id}/act", data={"csrf": csrf, "action": "pause"})
+    assert r.status_code == 200, r.text
+    with lw.Runtime(store) as rt:
+        [pause] = [
+            a for a in rt.store.approvals(run_id=run_id, status="pending") if a.kind == "pause"
+        ]
+    for page in (c.get(f"/runs/{run_id}").text, c.get("/approvals").text):
+        card = page.split(f'data-approval-id="{pause.approval_id}"', 1)[1].split("</section>", 1)[0]
+        assert 'value="approve"' in card and "Unpause" in card
+        assert 'value="deny"' not in card
+    done = c.post(
+        f"/approvals/{pause.approval_id}/decide",
+        data={"csrf": csrf, "action": "approve"},
+        follow_redirects=False,
+    )
+    assert done.status_code in (200, 303), done.text
+    with lw.Runtime(store) as rt:
+        lifted = rt.store.approval(pause.approval_id)
+        assert lifted is not None and (lifted.status, lifted.decided_by) == ("approved", "oscar")
+        rt.pause(run_id, by="oscar")
+    c.post("/logout", data={"csrf": csrf})
+    c.cookies.clear()
+    sign_in(c, "ana")
+    page = c.get(f"/runs/{run_id}").text
+    with lw.Runtime(store) as rt:
+        [again] = [
+            a for a in rt.store.approvals(run_id=run_id, status="pending") if a.kind == "pause"
+        ]
+    card = page.split(f'data-approval-id="{again.approval_id}"', 1)[1].split("</section>", 1)[0]
+    assert 'value="approve"' not in card and "not lift it" in card

@@ -197,3 +197,25 @@ def test_base64_image_data_in_a_parts_value_stays() -> None:
     data = "data:image/png;base64," + png.decode()
     assert redact({"image": {"src": data}}) == {"image": {"src": data}}
     assert redact_text(data) == data
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "account_key: {v}",
+        '{{"account_key": "{v}"}}',
+        "azure:\n  account-key: {v}\n",
+        "AccountKey: {v}",
+        '{{"AccountKey": "{v}", "AccountName": "acmestore"}}',
+    ],
+)
+def test_an_account_key_written_with_a_colon_is_masked(shape: str) -> None:
+    """``account_key`` is a key name of ``conn`` (``=`` or ``:``), as ``api_key`` is: a YAML
+    line or a JSON object naming it has its value masked. The pre-check had no trigger for
+    it, so only the ``=`` form (which ``=`` triggers) reached the shape (review52b)."""
+    value = "lowercase0secret0value0of0twenty"
+    text = shape.format(v=value)
+    masked = redact_text(text)
+    assert value not in masked
+    assert REDACTED in masked
+    assert value not in json.dumps(redact({"note": text}))
