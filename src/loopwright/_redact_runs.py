@@ -139,7 +139,7 @@ def mask_runs(s: str, registry: object) -> str:
     """``s`` with each run of ``RUN_MIN`` or more characters of a value registered in
     ``registry`` masked."""
     owner, values, grams, needles = _index[0]
-    if owner is not registry or not needles:
+    if owner is not registry or not needles or len(s) < RUN_MIN:
         return s
     low = s.lower()
     if len(low) != len(s):  # (a character whose lower case is longer: read as it is)
