@@ -136,7 +136,9 @@ class Cycle(ActorContext):
                 error=_fault("actor", "ConfigError", str(exc)),
             )
         # (a proposal that nothing can change is its own copy: a check's copy is itself too)
-        settled, proposal = owned is proposal, owned
+        # The process's own API keys are masked in the work too, before anything sees it
+        # (``Proposal.unregistered``).
+        settled, proposal = owned is proposal, owned.unregistered()
         usage = proposal.usage or _NOTHING
         digest = proposal.digest()
         ex.calls.append({"who": "actor", "cost_usd": usage.cost_usd, "tokens": usage.tokens})

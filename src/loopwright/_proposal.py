@@ -21,7 +21,7 @@ from ._frozen import quick_init
 from ._json import is_text, not_text, owned_copy
 from ._question import Question
 from ._record_codec import packed_proposal
-from ._redact import redact
+from ._redact import any_registered, redact, redact_registered
 from ._state import Finding, PlanStep, part_ref
 from ._usage import Usage, plain_usage
 from ._verdict import Verdict
@@ -284,6 +284,38 @@ class Proposal:
                 shapes.stored(EffectCall, c.name, a, c.key)
                 for c, a in zip(self.effects, args, strict=True)
             ),
+            self.question,
+        )
+
+    def unregistered(self) -> Proposal:
+        """This proposal with each value given to ``register_secret`` (the process's own API
+        keys) masked in its parts' values, as written and in pieces (``_redact_runs``): taken
+        in so, before anything is verified, digested or stored, so the verifiers, the stored
+        version, the trace and the actor's next context all see the same masked value (a
+        part's value is otherwise the work itself, stored as written: docs/security.md).
+        Itself where none is there."""
+        edits = self.edits
+        replace = self.replace
+        if not (edits or replace) or not any_registered():
+            return self
+        values, new_replace = redact_registered([[e.value for e in edits], replace])
+        if all(v is e.value for v, e in zip(values, edits, strict=True)) and (
+            new_replace is replace
+        ):
+            return self
+        return shapes.stored(
+            Proposal,
+            tuple(
+                e if v is e.value else shapes.stored(Edit, e.artifact, e.part, v)
+                for e, v in zip(edits, values, strict=True)
+            ),
+            new_replace,
+            self.plan,
+            self.new_steps,
+            self.note,
+            self.usage,
+            self.escalate,
+            self.effects,
             self.question,
         )
 

@@ -55,6 +55,7 @@ from ._redact_forms import (  # noqa: F401  (re-exported: their home before the 
     _mask_base64,
     _written,
 )
+from ._redact_runs import any_run, mask_runs, register_runs
 from ._redact_shapes import (  # noqa: F401  (re-exported: their home before the split)
     _PREFILTER,
     _SHAPES,
@@ -207,6 +208,7 @@ def register_secret(value: str | None) -> None:
     if len(value) >= MIN_SECRET_LEN and not _placeholder(value):
         with _lock:
             _registered.update(_written(value))
+        register_runs(value, _registered)  # and its pieces (``_redact_runs``)
 
 
 def register_secret_field(name: str) -> None:
@@ -299,6 +301,8 @@ def _text(s: str, values: tuple[str, ...], fields: frozenset[str] = SECRET_FIELD
         for form in forms:
             if form in s:
                 s = s.replace(form, REDACTED)
+    if _registered:  # pieces of a registered value, once its whole forms are masked
+        s = mask_runs(s, _registered)
     if fields is not SECRET_FIELDS:
         s = _declared_text(s, fields)
     if ".eyJ" in s:
@@ -313,7 +317,28 @@ def _text(s: str, values: tuple[str, ...], fields: frozenset[str] = SECRET_FIELD
         s = _auth_values(s)
     if "AC" in s:
         s = _twilio_tokens(s)
-    return shapes_sub(s, low if s is seen or s == seen else s.lower())
+    s = shapes_sub(s, low if s is seen or s == seen else s.lower())
+    if "bearer" in low or "authorization" in low:
+        s = _SHORT_AUTH.sub(_short_auth, s)
+    return s
+
+
+# An HTTP ``Authorization`` header's credentials under 8 characters, which the shapes leave
+# (``_SHAPES``' ``auth`` and ``bearer`` take 8 or more, so that prose after the word is kept):
+# after ``Authorization:`` and a scheme of Bearer, Basic or Token, whatever its length; after
+# a bare ``Bearer`` (a header's value echoed alone: ``invalid token Bearer abc12``), 3 to 7
+# characters holding a letter and a digit (``Bearer tokens``, ``Bearer 2`` are prose).
+_AUTH_CHARS = r"[A-Za-z0-9._~+/=-]"
+_SHORT_AUTH = re.compile(
+    r"(?P<kept>(?i:authorization)\\*+['\"]?\s*+[=:]\s*+\\*+['\"]?(?i:bearer|basic|token)\s++)"
+    rf"(?!\*\*\*){_AUTH_CHARS}{{1,7}}+(?!{_AUTH_CHARS}|\*)"
+    r"|(?P<bare>\b(?i:bearer)\s++)(?!\*\*\*)"
+    rf"(?=[A-Za-z._~+/=-]*[0-9])(?=[0-9._~+/=-]*[A-Za-z]){_AUTH_CHARS}{{3,7}}+(?!{_AUTH_CHARS}|\*)"
+)
+
+
+def _short_auth(m: re.Match[str]) -> str:
+    return (m.group("kept") or m.group("bare")) + REDACTED
 
 
 @functools.lru_cache(maxsize=64)
@@ -394,6 +419,43 @@ def redact_unique(obj: Any) -> Any:
     if not isinstance(obj, str) and _clean(obj, values, fields, remember=False):
         return obj
     return _walk(obj, values, fields, False)
+
+
+def any_registered() -> bool:
+    """Whether a value was given to ``register_secret`` (no call into the walk when none)."""
+    return bool(_registered)
+
+
+def redact_registered(obj: Any) -> Any:
+    """``obj`` (JSON-like data) with only the values given to ``register_secret`` masked, as
+    they are written and their pieces (``_redact_runs``): for the work itself (an edit's
+    value), where a shape or a field's name may be the work, but the process's own API key
+    never is. ``obj`` itself where it holds none (no copy)."""
+    if not _registered:
+        return obj
+    with _lock:
+        values = tuple(sorted(_registered, key=len, reverse=True))
+    return _registered_in(obj, values, _values_pattern(values))
+
+
+def _registered_in(obj: Any, values: tuple[str, ...], exact: re.Pattern[str] | None) -> Any:
+    if isinstance(obj, str):
+        s = obj
+        if exact is not None and exact.search(s) is not None:
+            s = exact.sub(REDACTED, s)
+        if any_run(s.lower(), _registered):
+            s = mask_runs(s, _registered)
+        return obj if s == obj else s
+    if isinstance(obj, Mapping):
+        out = {k: _registered_in(v, values, exact) for k, v in obj.items()}
+        same = all(out[k] is v for k, v in obj.items())
+        return obj if same else out
+    if isinstance(obj, list | tuple):
+        items = [_registered_in(v, values, exact) for v in obj]
+        if all(a is b for a, b in zip(items, obj, strict=True)):
+            return obj
+        return items if isinstance(obj, list) else tuple(items)
+    return obj
 
 
 _key_patterns: dict[frozenset[str], tuple[re.Pattern[str], re.Pattern[str]] | None] = {}
@@ -509,6 +571,8 @@ def _clean_text(
         for core in hexes:
             if core in low:
                 return False
+        if _registered and any_run(low, _registered):  # a piece of one (``_redact_runs``)
+            return False
     if "-" in low:  # ``_key`` reads ``x-api-key`` (and ``x_api-key``) as ``x_api_key``
         low = low.replace("-", "_")
     if fields is not SECRET_FIELDS and any(n in low for n in _declared(fields)):

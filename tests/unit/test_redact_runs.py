@@ -1,0 +1,124 @@
+"""Pieces of a registered secret (``_redact_runs``) and a short ``Authorization`` value: what
+an adversarial server echoing the request's key back in its error body changed (upper-cased,
+its prefix dropped, cut by a line break, spelled out) is masked; ordinary text, other keys and
+digests are not (outside attack, stop 52)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+
+import pytest
+
+import loopwright as lw
+from loopwright import _redact
+from loopwright._redact import REDACTED, redact, redact_registered, redact_text, register_secret
+from loopwright._redact_logs import masked_logger
+from loopwright._redact_runs import RUN_MIN, mask_runs
+
+KEY = "sk-proj-Q7vX2mK9pL4wR8tY3nB6cF1hJ5dS0aZeW4"
+OTHER = "sk-proj-Hh3Jk8Lm2Nn5Pq7Rs9Tt1Uv4Wx6Yz0Ab2C"
+
+
+@pytest.fixture(autouse=True)
+def _clean_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_redact, "_registered", set())
+    monkeypatch.setattr(_redact, "_registered_fields", set())
+    register_secret(KEY)
+
+
+@pytest.mark.parametrize(
+    "echoed",
+    [
+        KEY.upper(),  # upper-cased
+        KEY[8:],  # without its sk-proj- prefix
+        KEY[-RUN_MIN:],  # its tail alone
+        KEY[:15] + "\n" + KEY[15:],  # cut by a line break
+        KEY[:15] + "\r\n" + KEY[15:].upper(),
+        " ".join(KEY),  # spelled out
+        " ".join(KEY[8:]).upper(),
+    ],
+)
+def test_a_piece_of_a_registered_key_is_masked(echoed: str) -> None:
+    text = f"401: invalid key {echoed} (check your settings)"
+    assert redact_text(text) == f"401: invalid key {REDACTED} (check your settings)"
+    # in an echoed JSON error body (its line break escaped), and in a record the commit's
+    # net lets through when it holds nothing to mask
+    body = json.dumps({"error": {"message": f"bad key {echoed}"}})
+    assert redact_text(body) == json.dumps({"error": {"message": f"bad key {REDACTED}"}})
+    record = {"cycle": 3, "error": {"message": body}}
+    for masked in (redact(record), _redact.redact_unique(record)):
+        assert masked["error"]["message"] == redact_text(body)
+
+
+def test_in_an_exception_and_a_log_record() -> None:
+    exc = RuntimeError(f"HTTP 401: {{'error': 'Incorrect API key {KEY[8:].upper()}'}}")
+    stored = redact({"error": exc})
+    assert stored == {"error": f"HTTP 401: {{'error': 'Incorrect API key {REDACTED}'}}"}
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(self.format(record))
+
+    log = masked_logger("loopwright.test_runs52")
+    log.addHandler(Keep())
+    log.propagate = False
+    try:
+        log.warning("model call failed: %s", exc)
+    finally:
+        log.handlers.clear()
+    assert seen == [f"model call failed: HTTP 401: {{'error': 'Incorrect API key {REDACTED}'}}"]
+
+
+def test_shorter_pieces_other_keys_digests_and_prose_are_kept() -> None:
+    short = KEY[-(RUN_MIN - 1) :]  # under RUN_MIN: could be anything's
+    for t in (
+        f"tail {short} kept",
+        "sha256 " + hashlib.sha256(KEY.encode()).hexdigest(),
+        "sk-proj- is the prefix of project keys; Q7vX2mK9 alone is 8 characters",
+        "the loop keeps a draft of each section and revises it until the checks pass",
+    ):
+        assert redact_text(t) == t
+        assert redact_registered(t) is t
+    # another key sharing the prefix (a gram of KEY) is no piece of KEY: only its own shape
+    # masks it in the net, and it is kept in the work
+    other = f"another key {OTHER} of the same prefix"
+    assert mask_runs(other, _redact._registered) == other
+    assert redact_registered(other) is other
+
+
+def test_a_registry_replaced_has_no_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_redact, "_registered", set())
+    assert redact_text(KEY[8:]) == KEY[8:]
+
+
+def test_redact_registered_masks_only_registered_values() -> None:
+    work = {"body": f"key={KEY[8:].upper()} token=ghp_{'a1' * 18}", "n": [KEY, 3]}
+    masked = redact_registered(work)
+    assert masked == {"body": f"key={REDACTED} token=ghp_{'a1' * 18}", "n": [REDACTED, 3]}
+    clean = {"body": "nothing here", "n": [1, 2]}
+    assert redact_registered(clean) is clean
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("Authorization: Bearer abc12", f"Authorization: Bearer {REDACTED}"),
+        ("authorization: basic YWI6", f"authorization: basic {REDACTED}"),
+        ('{"Authorization": "Token a1"}', f'{{"Authorization": "Token {REDACTED}"}}'),
+        ("401 for Bearer abc12", f"401 for Bearer {REDACTED}"),
+        ("Bearer tokens expire", "Bearer tokens expire"),
+        ("Bearer 2 of them", "Bearer 2 of them"),
+    ],
+)
+def test_a_short_authorization_value_is_masked(text: str, want: str) -> None:
+    assert redact_text(text) == want
+    assert redact({"m": text}) == {"m": want}
+
+
+def test_a_short_registered_value_is_not_masked_by_value() -> None:
+    register_secret("ab12x")  # under MIN_SECRET_LEN: it would mask that word everywhere
+    assert redact_text("ab12x is a name") == "ab12x is a name"
+    assert lw.Proposal.edit("doc", {"a": "ab12x"}).unregistered().edits[0].value == "ab12x"
