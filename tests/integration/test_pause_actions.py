@@ -41,6 +41,14 @@ def _buttons(page: str) -> list[str]:
     return re.findall(r'<button name="action" value="(\w+)"', page)
 
 
+def _unpause(c: TestClient, approval_id: str) -> int:
+    """The status of ``c``'s Unpause of ``approval_id``, posted as the card's form does."""
+    csrf = re.search(r'name="csrf" value="([^"]+)"', c.get("/approvals").text)
+    assert csrf is not None
+    data = {"csrf": csrf.group(1), "action": "approve", "note": ""}
+    return c.post(f"/approvals/{approval_id}/decide", data=data).status_code
+
+
 def test_the_card_of_a_pause_offers_unpause_and_cancel_not_deny(tmp_path: Path) -> None:
     store = str(tmp_path / "s.db")
     rid = _paused(store)
@@ -55,14 +63,7 @@ def test_the_card_of_a_pause_offers_unpause_and_cancel_not_deny(tmp_path: Path) 
     # the offered actions work: Unpause lifts the pause
     with lw.Runtime(store) as rt:
         [pause] = rt.store.approvals(run_id=rid, status="pending")
-    page = c.get("/approvals").text
-    csrf = re.search(r'name="csrf" value="([^"]+)"', page)
-    assert csrf is not None
-    r = c.post(
-        f"/approvals/{pause.approval_id}/decide",
-        data={"csrf": csrf.group(1), "action": "approve", "note": ""},
-    )
-    assert r.status_code == 200, r.text
+    assert _unpause(c, pause.approval_id) == 200
     with lw.Runtime(store) as rt:
         assert rt.store.approvals(run_id=rid, status="pending") == []
     assert c.get(f"/runs/{rid}/confirm?action=cancel").status_code == 200
@@ -81,3 +82,43 @@ def test_the_approvals_hint_for_a_pause_says_unpause_or_cancel(tmp_path: Path) -
         reqs = rt.store.approvals(status="pending")
     hint = _decide_hint(reqs, 2, "--by NAME", None, time.time())
     assert "deny" not in hint and "loopwright unpause RUN" in hint, hint
+
+
+def test_the_pause_card_follows_the_operator_role_not_the_approver_role(tmp_path: Path) -> None:
+    """Lifting a pause or cancelling its run needs the operator role (``_authority``); the
+    card showed Unpause and Cancel only to approvers, so an operator who is not one saw none
+    (and an approver-only person saw buttons that answer 403)."""
+    from loopwright._authority import hash_token
+
+    store = str(tmp_path / "s.db")
+    rid = _paused(store)  # paused before the store has users
+    tokens = {"oscar": "tok-oscar-0123456789", "ava": "tok-ava-0123456789"}
+    with lw.Runtime(store) as rt:
+        for name, role in (("oscar", "operator"), ("ava", "approver")):
+            rt.store.add_user(name, roles=[role], limits={}, by="test", now=0.0)
+            rt.store.set_token(name, hash_token(tokens[name]), now=0.0)
+        [pause] = rt.store.approvals(run_id=rid, status="pending")
+    app = create_app(store, token=TOKEN)
+
+    def client(name: str) -> TestClient:
+        c = TestClient(app, base_url="http://127.0.0.1")
+        assert c.post("/login", data={"token": tokens[name], "next": "/approvals"}).status_code
+        return c
+
+    ava = client("ava")
+    for path in ("/approvals", f"/runs/{rid}"):
+        page = ava.get(path).text
+        assert 'class="decide"' not in page and "Unpause</button>" not in page, path
+        assert "ava may view this request but not lift it" in page, path
+        assert "operator role" in page, path
+    assert _unpause(ava, pause.approval_id) == 403  # what the card no longer offers her
+    oscar = client("oscar")
+    for path in ("/approvals", f"/runs/{rid}"):
+        page = oscar.get(path).text
+        card = page[page.index('class="decide"') :]  # before: absent, as for a viewer
+        assert _buttons(card) == ["approve"] and "Unpause" in card, path
+        assert f"/runs/{rid}/confirm?action=cancel" in card, path
+        assert "may view this request but not" not in page, path
+    assert _unpause(oscar, pause.approval_id) == 200
+    with lw.Runtime(store) as rt:
+        assert rt.store.approvals(run_id=rid, status="pending") == []

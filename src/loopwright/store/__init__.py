@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Callable
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
@@ -71,6 +72,7 @@ def resolve_store_url(url: str | None = None) -> str:
     it named a file " " in the working folder, made a new store invisible in ``ls``
     (outside49; refused here, where ``Runtime``, the CLI and every reader resolve it)."""
     if url:
+        _refuse_secret_shaped(url, "store")
         return url
     env = os.environ.get("LOOPWRIGHT_STORE")
     if env and not env.strip():
@@ -78,7 +80,50 @@ def resolve_store_url(url: str | None = None) -> str:
             f"is blank ({env!r}); set it to a store URL or path, or unset it for the default store",
             field="$LOOPWRIGHT_STORE",
         )
+    if env:
+        _refuse_secret_shaped(env, "$LOOPWRIGHT_STORE")
     return env or DEFAULT_STORE
+
+
+# libpq's connection keywords (``host=… dbname=…``): a store string naming one of them is
+# a connection string given where a path was read, not a file name
+_LIBPQ_KEY = re.compile(
+    r"(?:^|\s)(?:host|hostaddr|port|dbname|user|password|passfile|sslmode|sslcert|sslkey|"
+    r"sslrootcert|connect_timeout|options|application_name|service|target_session_attrs)"
+    r"\s*=",
+    re.IGNORECASE,
+)
+_KEY_VALUE = re.compile(r"^\w+=\S*$")
+
+
+def _refuse_secret_shaped(url: str, field: str) -> None:
+    """A ``ConfigError`` (never echoing ``url``) when ``url`` would make a new SQLite store
+    whose file name holds a connection's secrets: a libpq key=value connection string
+    (``host=db password=… dbname=x``) read as a path, or an ``sqlite://user:password@…``
+    URL. A store file that already exists at that name still opens (docs/storage.md)."""
+    if "://" not in url:
+        tokens = url.split()
+        if not (_LIBPQ_KEY.search(url) or (len(tokens) > 1 and all(map(_KEY_VALUE.match, tokens)))):
+            return
+        if os.path.exists(url):
+            return
+        raise ConfigError(
+            "looks like a libpq key=value connection string (not shown: it may hold a "
+            "password), which would be read as a file name; write it as a postgresql:// URL "
+            "(postgresql://user@host:5432/dbname), or sqlite:///PATH for a file of that name",
+            field=field,
+        )
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite" or not parts.netloc or "@" not in parts.netloc:
+        return
+    if os.path.exists(unquote(_written_path(parts))):
+        return
+    raise ConfigError(
+        "an sqlite: URL with user@ or user:password@ (not shown) names a file whose name "
+        "would hold them; an SQLite store takes no credentials: give sqlite:///path/to/store.db "
+        "or a postgresql:// URL",
+        field=field,
+    )
 
 
 def sqlite_url_path(url: str) -> str | None:
