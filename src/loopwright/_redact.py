@@ -447,8 +447,17 @@ def _registered_in(obj: Any, values: tuple[str, ...], exact: re.Pattern[str] | N
             s = mask_runs(s, _registered)
         return obj if s == obj else s
     if isinstance(obj, Mapping):
-        out = {k: _registered_in(v, values, exact) for k, v in obj.items()}
-        same = all(out[k] is v for k, v in obj.items())
+        # A key is the work too: masked as every write masks one (``_walk``), two keys
+        # masked alike both kept, the later one numbered.
+        out: dict[Any, Any] = {}
+        same = True
+        for k, v in obj.items():
+            nv = _registered_in(v, values, exact)
+            nk = _registered_in(k, values, exact) if isinstance(k, str) else k
+            if nk in out:  # (only a masked key can meet another)
+                nk = numbered_key(str(nk), out)
+            same = same and nv is v and nk is k
+            out[nk] = nv
         return obj if same else out
     if isinstance(obj, list | tuple):
         items = [_registered_in(v, values, exact) for v in obj]

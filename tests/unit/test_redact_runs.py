@@ -122,3 +122,25 @@ def test_a_short_registered_value_is_not_masked_by_value() -> None:
     register_secret("ab12x")  # under MIN_SECRET_LEN: it would mask that word everywhere
     assert redact_text("ab12x is a name") == "ab12x is a name"
     assert lw.Proposal.edit("doc", {"a": "ab12x"}).unregistered().edits[0].value == "ab12x"
+
+
+def test_registered_key_as_a_mapping_key_in_the_work_is_masked() -> None:
+    """``redact_registered`` (an actor's edits at intake, ``Proposal.unregistered``) masks a
+    registered key written as a mapping's key too, as every other write does (``_walk``): it
+    was kept in clear in the stored work. Two keys masked alike are both kept."""
+    work = {"headers": {KEY: "x", "Bearer " + KEY[8:]: "y", "plain": KEY}}
+    out = redact_registered(work)
+    text = json.dumps(out)
+    assert KEY not in text and KEY[8:] not in text and KEY[8:].lower() not in text.lower()
+    assert len(out["headers"]) == 3
+    assert out["headers"]["plain"] == REDACTED
+    untouched = {"headers": {"plain": "ok"}}
+    assert redact_registered(untouched) is untouched
+
+
+def test_unregistered_proposal_masks_a_key_in_a_mapping_key() -> None:
+    proposal = lw.Proposal(edits=[lw.Edit("doc", "body", {KEY: 1})]).owned()
+    masked = proposal.unregistered()
+    assert KEY not in json.dumps(masked.to_dict())
+    assert masked.digest() != proposal.digest()
+    assert masked.unregistered() is masked  # masking twice changes nothing (digest stable)
