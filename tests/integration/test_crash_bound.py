@@ -4,7 +4,7 @@ bound (``budget.max_crashes``), on SQLite and PostgreSQL (stop 52).
 A crash is no failed attempt: nothing is journaled when the process dies, so an actor that
 killed its process every time (a segfault in a C extension, an out-of-memory kill,
 ``os._exit``) was called again on every resume for ever, and a worker claimed the run again and
-again. Each case runs ``crashbound/runner.py`` in subprocesses whose actor ends its process
+again. Each case runs ``crashbound/crash_runner.py`` in subprocesses whose actor ends its process
 with ``os._exit(137)`` at a fixed cycle (a deterministic point, on every attempt), resumed by
 a fresh process each time.
 """
@@ -25,7 +25,7 @@ import loopwright as lw
 from loopwright._errors import ConfigError
 from loopwright._worker import Worker
 
-RUNNER = Path(__file__).resolve().parent / "crashbound" / "runner.py"
+RUNNER = Path(__file__).resolve().parent / "crashbound" / "crash_runner.py"
 DIED = 137  # the runner's os._exit
 
 
@@ -126,7 +126,7 @@ def test_a_worker_ends_a_crash_loop_and_claims_it_no_more(
     # actor would have run and the run been accepted)
     monkeypatch.delenv("CB_EXIT_AT", raising=False)
     monkeypatch.syspath_prepend(str(RUNNER.parent))
-    from runner import _loop  # type: ignore[import-not-found]
+    from crash_runner import _loop  # type: ignore[import-not-found]
 
     loop = _loop(work)
     with lw.Runtime(url) as rt:

@@ -7,9 +7,9 @@ against a real v18 store, not one built by the migrating code itself."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sqlite3
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -59,11 +59,14 @@ def old_store(tmp_path: Path) -> Path:
 
 
 def _fixture_loop() -> lw.Loop:
-    sys.path.insert(0, str(FIXTURE.parent))
-    try:
-        import make_fixture as fx
-    finally:
-        sys.path.remove(str(FIXTURE.parent))
+    # by its path, under a name of its own: two fixtures are both `make_fixture.py`, and a
+    # plain import in a worker that ran the other file would get the other's module
+    spec = importlib.util.spec_from_file_location(
+        "make_fixture_v18", FIXTURE.parent / "make_fixture.py"
+    )
+    assert spec is not None and spec.loader is not None
+    fx = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fx)
     return fx.make_loop()
 
 

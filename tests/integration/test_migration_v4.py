@@ -5,6 +5,7 @@ and its unfinished run resumes onto the new layout. The fixture was made by that
 
 from __future__ import annotations
 
+import importlib.util
 import sqlite3
 from pathlib import Path
 
@@ -65,13 +66,15 @@ def test_a_v3_store_migrates_and_reads_back_as_it_was(old_store: Path) -> None:
 
 
 def test_a_parked_v3_run_resumes_onto_the_new_layout(old_store: Path) -> None:
-    import sys
 
-    sys.path.insert(0, str(FIXTURE.parent))
-    try:
-        import make_fixture as fx
-    finally:
-        sys.path.remove(str(FIXTURE.parent))
+    # by its path, under a name of its own: two fixtures are both `make_fixture.py`, and a
+    # plain import in a worker that ran the other file would get the other's module
+    spec = importlib.util.spec_from_file_location(
+        "make_fixture_v3", FIXTURE.parent / "make_fixture.py"
+    )
+    assert spec is not None and spec.loader is not None
+    fx = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fx)
     loop = lw.Loop(
         name="fixture",
         actor=fx.actor,

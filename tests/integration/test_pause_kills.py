@@ -1,4 +1,4 @@
-"""SIGKILL around a person's pause, at deterministic points (``pausekill/runner.py``: the
+"""SIGKILL around a person's pause, at deterministic points (``pausekill/pause_runner.py``: the
 engine's phase boundaries, and ``pause_filed`` in the person's process; no timing), SQLite and
 PostgreSQL: killed after the pause was filed mid-cycle (before the cycle's commit, after it),
 while the run parks, after it parked; and the person's own process killed after filing the
@@ -21,10 +21,10 @@ from doc_loop import TARGET
 
 import loopwright as lw
 
-RUNNER = Path(__file__).resolve().parent / "pausekill" / "runner.py"
+RUNNER = Path(__file__).resolve().parent / "pausekill" / "pause_runner.py"
 sys.path.insert(0, str(RUNNER.parent))
 
-from runner import make_loop  # noqa: E402
+from pause_runner import make_loop  # noqa: E402
 
 # (mode, kill point, actor calls the kill lost: a cycle killed before its commit is redone)
 POINTS = [

@@ -1,4 +1,4 @@
-"""Run (or resume) the crash-bound loop in a subprocess: ``runner.py URL KEY WORK``.
+"""Run (or resume) the crash-bound loop in a subprocess: ``crash_runner.py URL KEY WORK``.
 
 The actor edits ``doc.n`` to its cycle; the check passes at ``n == 3``; cycle 1 also asks for
 an effect (keyed by the folder's name and the cycle: two runs in one store with two folders

@@ -1,4 +1,4 @@
-"""Run (or pause) the pause-kill loop in a process of its own: ``runner.py DB WORK MODE``.
+"""Run (or pause) the pause-kill loop in a process of its own: ``pause_runner.py DB WORK MODE``.
 
 ``MODE`` ``run``: run the doc loop (task key ``pk``); its actor logs each call to
 ``WORK/calls.log`` and, at call ``PK_PAUSE_AT``, files a person's pause from another runtime.
