@@ -4,6 +4,10 @@
   message alone: the signed address of one run's "cancellation requested by ana", its run id
   changed, made another run's page say it in the dashboard's own voice, which is what the
   signature is there to prevent (docs/ui.md, Security). It is signed for the run's page now.
+- An edit's note took an escape sequence, a bidirectional override and a line separator
+  (``POST /api/runs/{id}/parts/...``, the Edit box, ``Runtime.edit``), which a decision's and a
+  pause's note refuse: they went into the append-only audit log, the run's notes and the
+  actor's next context as typed (docs/security.md: notes people type are refused with them).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from urllib.parse import urlsplit
 
+import pytest
 from fastapi.testclient import TestClient
 from support.modules import load_sibling
 
@@ -58,3 +63,29 @@ def test_a_signed_message_of_one_run_is_not_shown_on_another_runs_page(tmp_path:
     assert line is not None and "cancel" in line.group(1)  # its own run's page shows it
     moved = c.get(f"/runs/{other}?{where.query}").text
     assert '<p class="flash">' not in moved, "another run's page said what was done to this one"
+
+
+@pytest.mark.parametrize("note", ["a\x1b[2Jb", "a\u202eb", "a\u2028b", "a\x07b"])
+def test_an_edits_note_is_held_to_the_rule_of_a_decisions_note(tmp_path: Path, note: str) -> None:
+    store, run_id = _web().make_parked_run(tmp_path)
+    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    with lw.Runtime(store) as rt:
+        before = len(rt.store.audit())
+    r = c.post(f"/api/runs/{run_id}/parts/doc/a", json={"value": 7, "note": note}, headers=bearer)
+    assert r.status_code == 400, r.text
+    assert "note" in r.json()["detail"]
+    with lw.Runtime(store) as rt:
+        assert rt.store.latest_checkpoint(run_id).task_state().part("doc/a").value != 7
+        assert len(rt.store.audit()) == before
+        with pytest.raises(lw.ConfigError) as e:
+            rt.edit(run_id, "doc/a", 7, by="ana", note=note)
+        assert e.value.field == "note"
+    # a line break, a tab and a form's CRLF are a note's own
+    ok = c.post(
+        f"/api/runs/{run_id}/parts/doc/a",
+        json={"value": 7, "note": "checked\r\nagainst\tthe PO"},
+        headers=bearer,
+    )
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["edit"]["note"] == "checked\nagainst\tthe PO"
