@@ -8,6 +8,10 @@
   (``POST /api/runs/{id}/parts/...``, the Edit box, ``Runtime.edit``), which a decision's and a
   pause's note refuse: they went into the append-only audit log, the run's notes and the
   actor's next context as typed (docs/security.md: notes people type are refused with them).
+- A write with no sign-in whose body was ``text/plain`` (what another site may post without a
+  CORS preflight, and, the session cookie being SameSite=Strict, without a session) was
+  answered 415 before its sign-in was asked: not the 401 docs/ui.md promises "whatever it
+  sends", and recorded nowhere, where a write with no token is audited as ``(no token)``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from fastapi.testclient import TestClient
 from support.modules import load_sibling
 
 import loopwright as lw
+from loopwright._authority import hash_token
 from loopwright.web import create_app
 
 LOCAL = "http://127.0.0.1"
@@ -89,3 +94,24 @@ def test_an_edits_note_is_held_to_the_rule_of_a_decisions_note(tmp_path: Path, n
     )
     assert ok.status_code == 200, ok.text
     assert ok.json()["edit"]["note"] == "checked\nagainst\tthe PO"
+
+
+def test_a_write_with_no_sign_in_is_401_and_audited_whatever_its_type(tmp_path: Path) -> None:
+    store, run_id = _web().make_parked_run(tmp_path)
+    with lw.Runtime(store) as rt:
+        rt.store.add_user("root", roles=["admin"], limits={}, by="test", now=1.0)
+        rt.store.set_token("root", hash_token("tok-root-0123456789"), now=1.0)
+        [req] = rt.store.approvals(run_id=run_id, status="pending")
+    c = TestClient(create_app(store, token=TOKEN, identity="server"), base_url=LOCAL)
+    path = f"/api/approvals/{req.approval_id}/approve"
+    forged = c.post(path, content=b'{"note": "ok"}', headers={"Content-Type": "text/plain"})
+    assert forged.status_code == 401, forged.text
+    with lw.Runtime(store) as rt:
+        refused = [
+            (a.actor, a.action, a.target) for a in rt.store.audit() if a.outcome == "refused"
+        ]
+        assert refused == [("(no token)", "POST", path)]
+        assert rt.store.approvals(run_id=run_id, status="pending") != []
+    # signed in, a body of the wrong type is still 415, unread
+    bearer = {"Authorization": "Bearer tok-root-0123456789", "Content-Type": "text/plain"}
+    assert c.post(path, content=b"{}", headers=bearer).status_code == 415

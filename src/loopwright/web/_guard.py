@@ -79,21 +79,26 @@ def install_guard(app: FastAPI, auth: Auth) -> None:
         path = request.url.path
         if path not in PROBE_PATHS and app.state.messages.touch():
             app.state.feed.wake()
-        early = wrong_type(request)  # before anything reads the body
-        if early is None and (
-            "\x00" in path or any("\x00" in k + v for k, v in request.query_params.multi_items())
-        ):
+        early: Response | None = None
+        if "\x00" in path or any("\x00" in k + v for k, v in request.query_params.multi_items()):
             # No id, filter or search holds one; PostgreSQL refuses it in a query (a 500).
             early = JSONResponse(
                 {"detail": "the path or query holds a NUL character (%00)"}, status_code=400
             )
-        if early is not None:
-            response: Response = early
-        elif (
-            request.method in WRITES
+        unsigned = (
+            early is None
+            and request.method in WRITES
             and not path.startswith(OPEN_PATHS)
             and not auth.signed_in(request)
-        ):
+        )
+        if early is None and not unsigned:
+            # (a write with no sign-in is 401 whatever it sends, and audited: the text/plain
+            # post another site may send without a preflight, and without the SameSite
+            # cookie, was a 415 that no audit record showed)
+            early = wrong_type(request)  # before anything reads the body
+        if early is not None:
+            response: Response = early
+        elif unsigned:
             # Every write needs a sign-in, asked before a route reads (or FastAPI parses) its
             # body; the route checks the rest (the CSRF token, what the person may do).
             scheme, _, value = request.headers.get("authorization", "").partition(" ")
