@@ -12,11 +12,15 @@
   CORS preflight, and, the session cookie being SameSite=Strict, without a session) was
   answered 415 before its sign-in was asked: not the 401 docs/ui.md promises "whatever it
   sends", and recorded nowhere, where a write with no token is audited as ``(no token)``.
+  The same post from a page on the same site (another port of 127.0.0.1), which the browser
+  sends with the person's session cookie, was a 415 recorded nowhere too, where a write without
+  the page's CSRF token is audited under that person's name as a forged request.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from types import ModuleType
 from urllib.parse import urlsplit
@@ -115,3 +119,38 @@ def test_a_write_with_no_sign_in_is_401_and_audited_whatever_its_type(tmp_path: 
     # signed in, a body of the wrong type is still 415, unread
     bearer = {"Authorization": "Bearer tok-root-0123456789", "Content-Type": "text/plain"}
     assert c.post(path, content=b"{}", headers=bearer).status_code == 415
+
+
+def test_a_same_site_post_of_the_wrong_type_is_audited_as_forged(tmp_path: Path) -> None:
+    store, run_id = _web().make_parked_run(tmp_path)
+    with lw.Runtime(store) as rt:
+        rt.store.add_user("ana", roles=["approver"], limits={}, by="test", now=time.time())
+        rt.store.set_token("ana", hash_token("tok-ana-0123456789"), now=time.time())
+        [req] = rt.store.approvals(run_id=run_id, status="pending")
+    c = TestClient(create_app(store, token=TOKEN, identity="server"), base_url=LOCAL)
+    signed = c.post("/login", data={"token": "tok-ana-0123456789"}, follow_redirects=False)
+    assert signed.status_code == 303
+    plain = {"Content-Type": "text/plain"}
+    api = f"/api/approvals/{req.approval_id}/approve"
+    form = f"/approvals/{req.approval_id}/decide"
+    assert c.post(api, content=b'{"note": "ok"}', headers=plain).status_code == 415
+    with lw.Runtime(store) as rt:
+        refused = [
+            (a.actor, a.action, a.target, a.detail.get("reason", ""))
+            for a in rt.store.audit()
+            if a.outcome == "refused"
+        ]
+        assert [r[:3] for r in refused] == [("ana", "POST", api)], refused
+        assert "forged" in refused[0][3]
+        assert rt.store.approvals(run_id=run_id, status="pending") != []
+    # the rest from that address and person in the window are counted, not a record each
+    assert c.post(form, content=b"action=approve", headers=plain).status_code == 415
+    with lw.Runtime(store) as rt:
+        assert len([a for a in rt.store.audit() if a.outcome == "refused"]) == 1
+    # a script's bearer token is no browser's: its wrong type is a 415 and nothing more
+    bearer = {**plain, "Authorization": "Bearer tok-ana-0123456789"}
+    c.cookies.clear()
+    assert c.post(api, content=b"{}", headers=bearer).status_code == 415
+    with lw.Runtime(store) as rt:
+        assert len([a for a in rt.store.audit() if a.outcome == "refused"]) == 1
+        assert rt.store.approvals(run_id=run_id, status="pending") != []

@@ -63,6 +63,23 @@ def wrong_type(request: Request) -> JSONResponse | None:
     )
 
 
+def _forged(auth: Auth, request: Request) -> bool:
+    """Whether a write refused for its body's type came with a person's session cookie and
+    none of the proof a page of this dashboard gives (an API call's ``X-CSRF-Token``; a form's
+    token is in the body, never read here, and no page posts another type): what another page
+    on the same site (another port of 127.0.0.1) makes the browser send. Audited as a write
+    without the CSRF token is; it was a 415 that no record showed. A bearer token is a
+    script's, not a browser's."""
+    if request.url.path.startswith(OPEN_PATHS) or auth.bearer_ok(request):
+        return False
+    if not auth.signed_in(request):
+        return False
+    return not (
+        request.url.path.startswith("/api/")
+        and auth.csrf_ok(request, request.headers.get("x-csrf-token"))
+    )
+
+
 def install_guard(app: FastAPI, auth: Auth) -> None:
     """The ``guard`` middleware: added first, it runs inside the Host, body-size and HEAD
     middlewares ``create_app`` adds after it, before any route."""
@@ -96,6 +113,15 @@ def install_guard(app: FastAPI, auth: Auth) -> None:
             # post another site may send without a preflight, and without the SameSite
             # cookie, was a 415 that no audit record showed)
             early = wrong_type(request)  # before anything reads the body
+            if early is not None and request.method in WRITES and _forged(auth, request):
+                await run_in_threadpool(
+                    app.state.sign_ins.refused,
+                    origin_of(request),
+                    "a body of the wrong type with the session cookie, which no page here "
+                    "posts: a forged request",
+                    (request.method, path[:200]),
+                    auth.who(request),
+                )
         if early is not None:
             response: Response = early
         elif unsigned:
