@@ -15,6 +15,9 @@
   The same post from a page on the same site (another port of 127.0.0.1), which the browser
   sends with the person's session cookie, was a 415 recorded nowhere too, where a write without
   the page's CSRF token is audited under that person's name as a forged request.
+- ``POST /api/runs/{id}/pause`` with ``{"note": "..."}`` answered 200 and dropped the note
+  unread (``loopwright pause --note`` keeps it on the request); a note the rule of notes
+  refuses, or a field it does not know, paused the run all the same.
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ def _web() -> ModuleType:
 
 
 def _other_run(store: str) -> str:
+    return _other_run_keyed(store, "other")
+
+
+def _other_run_keyed(store: str, key: str) -> str:
     loop = lw.Loop(
         name="other",
         actor=lambda ctx: lw.Proposal.edit("doc", {"v": 1}),
@@ -49,7 +56,7 @@ def _other_run(store: str) -> str:
         contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
     )
     with lw.Runtime(store) as rt:
-        return rt.create(loop, {"artifacts": {"doc": {"v": 0}}}, task_key="other")[0].run_id
+        return rt.create(loop, {"artifacts": {"doc": {"v": 0}}}, task_key=key)[0].run_id
 
 
 def test_a_signed_message_of_one_run_is_not_shown_on_another_runs_page(tmp_path: Path) -> None:
@@ -154,3 +161,24 @@ def test_a_same_site_post_of_the_wrong_type_is_audited_as_forged(tmp_path: Path)
     with lw.Runtime(store) as rt:
         assert len([a for a in rt.store.audit() if a.outcome == "refused"]) == 1
         assert rt.store.approvals(run_id=run_id, status="pending") != []
+
+
+def test_a_pause_from_the_api_keeps_its_note_and_refuses_a_bad_one(tmp_path: Path) -> None:
+    store = str(tmp_path / "s.db")
+    rid = _other_run(store)
+    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    path = f"/api/runs/{rid}/pause"
+    for bad in ({"note": "a\x1b[2Jb"}, {"note": 5}, {"why": "x"}, ["x"]):
+        r = c.post(path, json=bad, headers=bearer)
+        assert r.status_code == 400, (bad, r.text)
+    with lw.Runtime(store) as rt:
+        assert rt.store.approvals(run_id=rid, status="pending") == []  # nothing filed
+    r = c.post(path, json={"note": "checking the invoice first"}, headers=bearer)
+    assert r.status_code == 200, r.text
+    with lw.Runtime(store) as rt:
+        [pause] = rt.store.approvals(run_id=rid, status="pending")
+    assert pause.kind == "pause" and pause.why == "checking the invoice first"
+    # no body, as before
+    other = _other_run_keyed(store, "other-2")
+    assert c.post(f"/api/runs/{other}/pause", headers=bearer).status_code == 200
