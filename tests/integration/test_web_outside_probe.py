@@ -179,6 +179,8 @@ def test_a_pause_from_the_api_keeps_its_note_and_refuses_a_bad_one(tmp_path: Pat
     with lw.Runtime(store) as rt:
         [pause] = rt.store.approvals(run_id=rid, status="pending")
     assert pause.kind == "pause" and pause.why == "checking the invoice first"
+    schema = c.get("/openapi.json").json()["paths"]["/api/runs/{run_id}/pause"]["post"]
+    assert "note" in str(schema["requestBody"])
     # no body, as before
     other = _other_run_keyed(store, "other-2")
     assert c.post(f"/api/runs/{other}/pause", headers=bearer).status_code == 200

@@ -128,7 +128,19 @@ def register_api(app: FastAPI, ctx: WebContext) -> None:
         """Cancel a run (recorded as the dashboard's identity)."""
         return api_act(request, run_id, "cancel")
 
-    @app.post("/api/runs/{run_id}/pause", tags=["runs"])
+    pause_body = {
+        "type": "object",
+        "properties": {"note": {"type": "string"}},
+        "additionalProperties": False,
+    }
+
+    @app.post(
+        "/api/runs/{run_id}/pause",
+        tags=["runs"],
+        openapi_extra={
+            "requestBody": {"required": False, "content": {JSON_TYPE: {"schema": pause_body}}}
+        },
+    )
     async def api_pause(request: Request, run_id: str) -> dict[str, Any]:
         """Pause a run at its next cycle boundary (recorded as the dashboard's identity); it
         goes on once its ``pause`` request is approved. JSON ``{"note": "..."}`` (optional):
