@@ -18,6 +18,9 @@
 - ``POST /api/runs/{id}/pause`` with ``{"note": "..."}`` answered 200 and dropped the note
   unread (``loopwright pause --note`` keeps it on the request); a note the rule of notes
   refuses, or a field it does not know, paused the run all the same.
+- ``--allow-host '*.com'`` (``create_app(allowed_hosts=...)``) was taken: every site under a
+  top-level domain could rebind its name to 127.0.0.1 and read the runs, which the Host check
+  is there to prevent. A wildcard names a domain of one's own (``*.example.com``).
 """
 
 from __future__ import annotations
@@ -184,3 +187,12 @@ def test_a_pause_from_the_api_keeps_its_note_and_refuses_a_bad_one(tmp_path: Pat
     # no body, as before
     other = _other_run_keyed(store, "other-2")
     assert c.post(f"/api/runs/{other}/pause", headers=bearer).status_code == 200
+
+
+@pytest.mark.parametrize("name", ["*.com", "*.COM", "*.org.", " *.io "])
+def test_a_wildcard_over_a_whole_top_level_domain_is_refused(tmp_path: Path, name: str) -> None:
+    with pytest.raises(lw.ConfigError, match="top-level domain") as e:
+        create_app(str(tmp_path / "s.db"), token=TOKEN, allowed_hosts=[name])
+    assert e.value.field == "allowed_hosts"
+    # a domain's subdomains, and loopback's, are still named so
+    create_app(str(tmp_path / "s.db"), token=TOKEN, allowed_hosts=["*.example.com", "*.localhost"])
