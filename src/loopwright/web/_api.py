@@ -128,11 +128,37 @@ def register_api(app: FastAPI, ctx: WebContext) -> None:
         """Cancel a run (recorded as the dashboard's identity)."""
         return api_act(request, run_id, "cancel")
 
-    @app.post("/api/runs/{run_id}/pause", tags=["runs"])
-    def api_pause(request: Request, run_id: str) -> dict[str, Any]:
+    pause_body = {
+        "type": "object",
+        "properties": {"note": {"type": "string"}},
+        "additionalProperties": False,
+    }
+
+    @app.post(
+        "/api/runs/{run_id}/pause",
+        tags=["runs"],
+        openapi_extra={
+            "requestBody": {"required": False, "content": {JSON_TYPE: {"schema": pause_body}}}
+        },
+    )
+    async def api_pause(request: Request, run_id: str) -> dict[str, Any]:
         """Pause a run at its next cycle boundary (recorded as the dashboard's identity); it
-        goes on once its ``pause`` request is approved."""
-        return api_act(request, run_id, "pause")
+        goes on once its ``pause`` request is approved. JSON ``{"note": "..."}`` (optional):
+        why, shown on the request, as ``loopwright pause --note`` (it was dropped unread)."""
+        await run_in_threadpool(ctx.require_api_write, request)
+        note = None
+        if (await request.body()).strip():
+            body = await json_body(request, '{"note": "..."}')
+            if body is not None and not isinstance(body, dict):
+                raise HTTPException(400, 'the body must be a JSON object: {"note": "..."}')
+            extra = sorted(set(body or {}) - {"note"})
+            if extra:
+                raise HTTPException(400, f"unknown field(s) {', '.join(extra)}: give note")
+            note = (body or {}).get("note")
+            if note is not None and not isinstance(note, str):
+                raise HTTPException(400, "note must be text")
+        rec, msg = await run_in_threadpool(act, ctx, request, run_id, "pause", note)
+        return {"run": run_summary(store.get_run(rec.run_id)), "message": msg}
 
     @app.post("/api/runs/{run_id}/resume", tags=["runs"])
     def api_resume(request: Request, run_id: str) -> dict[str, Any]:

@@ -63,6 +63,23 @@ def wrong_type(request: Request) -> JSONResponse | None:
     )
 
 
+def _forged(auth: Auth, request: Request) -> bool:
+    """Whether a write refused for its body's type came with a person's session cookie and
+    none of the proof a page of this dashboard gives (an API call's ``X-CSRF-Token``; a form's
+    token is in the body, never read here, and no page posts another type): what another page
+    on the same site (another port of 127.0.0.1) makes the browser send. Audited as a write
+    without the CSRF token is; it was a 415 that no record showed. A bearer token is a
+    script's, not a browser's."""
+    if request.url.path.startswith(OPEN_PATHS) or auth.bearer_ok(request):
+        return False
+    if not auth.signed_in(request):
+        return False
+    return not (
+        request.url.path.startswith("/api/")
+        and auth.csrf_ok(request, request.headers.get("x-csrf-token"))
+    )
+
+
 def install_guard(app: FastAPI, auth: Auth) -> None:
     """The ``guard`` middleware: added first, it runs inside the Host, body-size and HEAD
     middlewares ``create_app`` adds after it, before any route."""
@@ -79,21 +96,35 @@ def install_guard(app: FastAPI, auth: Auth) -> None:
         path = request.url.path
         if path not in PROBE_PATHS and app.state.messages.touch():
             app.state.feed.wake()
-        early = wrong_type(request)  # before anything reads the body
-        if early is None and (
-            "\x00" in path or any("\x00" in k + v for k, v in request.query_params.multi_items())
-        ):
+        early: Response | None = None
+        if "\x00" in path or any("\x00" in k + v for k, v in request.query_params.multi_items()):
             # No id, filter or search holds one; PostgreSQL refuses it in a query (a 500).
             early = JSONResponse(
                 {"detail": "the path or query holds a NUL character (%00)"}, status_code=400
             )
-        if early is not None:
-            response: Response = early
-        elif (
-            request.method in WRITES
+        unsigned = (
+            early is None
+            and request.method in WRITES
             and not path.startswith(OPEN_PATHS)
             and not auth.signed_in(request)
-        ):
+        )
+        if early is None and not unsigned:
+            # (a write with no sign-in is 401 whatever it sends, and audited: the text/plain
+            # post another site may send without a preflight, and without the SameSite
+            # cookie, was a 415 that no audit record showed)
+            early = wrong_type(request)  # before anything reads the body
+            if early is not None and request.method in WRITES and _forged(auth, request):
+                await run_in_threadpool(
+                    app.state.sign_ins.refused,
+                    origin_of(request),
+                    "a body of the wrong type with the session cookie, which no page here "
+                    "posts: a forged request",
+                    (request.method, path[:200]),
+                    auth.who(request),
+                )
+        if early is not None:
+            response: Response = early
+        elif unsigned:
             # Every write needs a sign-in, asked before a route reads (or FastAPI parses) its
             # body; the route checks the rest (the CSRF token, what the person may do).
             scheme, _, value = request.headers.get("authorization", "").partition(" ")

@@ -105,10 +105,12 @@ def permitted_unrecorded(store: Store, by: str, action: str, run_id: str, where:
     return True
 
 
-def act(ctx: WebContext, request: Request, run_id: str, how: str) -> tuple[RunRecord, str]:
+def act(
+    ctx: WebContext, request: Request, run_id: str, how: str, note: str | None = None
+) -> tuple[RunRecord, str]:
     """Cancel, pause or resume a run as the signed-in person; the event log keeps who and
     when (``cancel_requested`` / ``pause_requested`` / ``resume_requested``, beside the
-    engine's own)."""
+    engine's own). ``note``: a pause's, why (``Runtime.pause``)."""
     store, auth = ctx.store, ctx.auth
     try:
         rec = store.get_run(run_id)
@@ -141,7 +143,11 @@ def act(ctx: WebContext, request: Request, run_id: str, how: str) -> tuple[RunRe
         return done, f"{said} by {by}"
     if how == "pause":  # checked, filed and audited by the engine (``Runtime.pause``)
         try:
-            filed = Runtime(store).pause(rec.run_id, by=by, origin=where)
+            filed = Runtime(store).pause(
+                rec.run_id, by=by, note=text_field(note, "note"), origin=where
+            )
+        except ConfigError as exc:  # the note (a control character): the person's mistake
+            raise HTTPException(400, str(exc)) from exc
         except LoopwrightError as exc:
             raise http_error(exc) from exc
         done = store.get_run(rec.run_id)
