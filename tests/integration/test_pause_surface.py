@@ -1,14 +1,18 @@
 """A person's pause from outside, as a user meets it (stop 53): the HTTP API lifts a pause as
 it files one (``POST /api/runs/{id}/unpause``, an operator's, not an approver's); the confirm
 page and the run page speak of a pause as lifted, never approved or denied, and tell one who
-may not lift it what they can do; every refusal over HTTP is one clear 4xx, audited. SQLite
-and PostgreSQL (``url``)."""
+may not lift it what they can do; every refusal over HTTP is one clear 4xx, audited; the
+CLI's hints name the ``--store`` given. SQLite and PostgreSQL (``url``)."""
 
 from __future__ import annotations
 
 import re
+import shlex
 
+import pytest
+from doc_loop import TASK
 from fastapi.testclient import TestClient
+from test_engine_core import fixer, make_loop
 from test_pause_audit import _people, _runs, _tok
 
 import loopwright as lw
@@ -169,3 +173,28 @@ def test_the_run_page_tells_who_may_not_unpause_what_they_can_do(url: str) -> No
         assert "Unpause it below" not in said, said
         assert "an operator lifts the pause" in said and f"{name} may not" in said, said
     assert next_action("op").startswith("The run is paused: Unpause it below")
+
+
+def test_the_pause_commands_hints_name_the_store_given(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`loopwright pause RUN --store S` said "let it go on with: loopwright unpause RUN", and
+    `unpause` "it still waits on 1 request(s): loopwright approvals": copied as printed, each
+    read the default store (the other hints name the ``--store`` given: ``store_flag``)."""
+    from loopwright.cli import main
+
+    def asking(ctx: lw.Context) -> lw.Proposal:
+        p = fixer(ctx)
+        return p if ctx.cycle != 2 else lw.Proposal.edit("doc", {"a": 1}, note="risky")
+
+    risk = (lw.RiskRule(name="risky", check=lambda s, p, v: p.note == "risky"),)
+    with lw.Runtime(url) as rt:
+        rid = rt.run_sync(make_loop(asking, risk=risk), TASK, task_key="k").run_id
+    at = f"--store {shlex.quote(url)}"
+    capsys.readouterr()
+    assert main(["pause", rid, "--by", "ana", "--store", url]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"let it go on with: loopwright unpause {rid[:12]} {at} --by NAME" in out, out
+    assert main(["unpause", rid, "--by", "ana", "--store", url]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"it still waits on 1 request(s): loopwright approvals {at}" in out, out

@@ -339,6 +339,7 @@ def pause(
         with as_options(by="--by", note="--note"):
             filed = rt.pause(rec.run_id, by=who, note=note, origin="cli")
         now = rt.store.get_run(rec.run_id)
+        me = "--token T" if rt.store.has_users() else "--by NAME"
     short = rec.run_id[:12]
     say(
         f"run {short}: paused by {who} (request {filed.approval_id})"
@@ -346,7 +347,8 @@ def pause(
         else f"run {short}: pause requested by {who} (request {filed.approval_id}): it parks at "
         "its next cycle boundary; the cycle under way finishes first"
     )
-    say(f"let it go on with: loopwright unpause {short}")
+    # typable as printed: the store it was given (as the other hints: store_flag)
+    say(f"let it go on with: loopwright unpause {short}{store_flag()} {me}")
 
 
 @app.command(short_help="Let a paused run go on where it stopped.")
@@ -379,7 +381,7 @@ def unpause(
             raise typer.Exit(exit_code_for([result.status]))
         left = rt.store.approvals(run_id=rec.run_id, status="pending")
         if left:
-            say(f"it still waits on {len(left)} request(s): loopwright approvals")
+            say(f"it still waits on {len(left)} request(s): loopwright approvals{store_flag()}")
         else:
             say(continue_hint(rec))
 
