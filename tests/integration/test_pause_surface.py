@@ -22,6 +22,20 @@ SERVER = "server-token-0123456789"
 LOCAL = "http://127.0.0.1"
 
 
+def _parked_on_risk(url: str) -> str:
+    """A run parked on a risk request at its cycle 2 (not paused)."""
+
+    def asking(ctx: lw.Context) -> lw.Proposal:
+        p = fixer(ctx)
+        return p if ctx.cycle != 2 else lw.Proposal.edit("doc", {"a": 1}, note="risky")
+
+    risk = (lw.RiskRule(name="risky", check=lambda s, p, v: p.note == "risky"),)
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(make_loop(asking, risk=risk), TASK, task_key="k")
+    assert r.status == "awaiting_approval"
+    return r.run_id
+
+
 def _bearer(name: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {_tok(name)}"}
 
@@ -175,6 +189,21 @@ def test_the_run_page_tells_who_may_not_unpause_what_they_can_do(url: str) -> No
     assert next_action("op").startswith("The run is paused: Unpause it below")
 
 
+def test_a_run_parked_on_a_request_and_paused_says_both(url: str) -> None:
+    """A run parked on a risk request and paused too: its page said only "approve or deny"
+    the request, and its confirmation of a resume the same, though the pause holds it after
+    the decision."""
+    rid = _parked_on_risk(url)
+    with lw.Runtime(url) as rt:
+        rt.pause(rid, by="ann")
+    c = TestClient(create_app(url, token=SERVER, identity="ana"), base_url=LOCAL)
+    _sign_in(c, SERVER)
+    m = re.search(r'<dd id="next-action">([^<]*)</dd>', c.get(f"/runs/{rid}").text)
+    assert m and "also paused by a person: Unpause it to go on" in m.group(1), m
+    page = c.get(f"/runs/{rid}/confirm", params={"action": "resume"}).text
+    assert "waits for a decision and is paused: decide the request and unpause it first" in page
+
+
 def test_the_pause_commands_hints_name_the_store_given(
     url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -183,13 +212,7 @@ def test_the_pause_commands_hints_name_the_store_given(
     read the default store (the other hints name the ``--store`` given: ``store_flag``)."""
     from loopwright.cli import main
 
-    def asking(ctx: lw.Context) -> lw.Proposal:
-        p = fixer(ctx)
-        return p if ctx.cycle != 2 else lw.Proposal.edit("doc", {"a": 1}, note="risky")
-
-    risk = (lw.RiskRule(name="risky", check=lambda s, p, v: p.note == "risky"),)
-    with lw.Runtime(url) as rt:
-        rid = rt.run_sync(make_loop(asking, risk=risk), TASK, task_key="k").run_id
+    rid = _parked_on_risk(url)
     at = f"--store {shlex.quote(url)}"
     capsys.readouterr()
     assert main(["pause", rid, "--by", "ana", "--store", url]) == 0

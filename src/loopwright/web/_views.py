@@ -273,7 +273,12 @@ def next_action_here(
             )
         return "The run is paused: Unpause it below to go on, or cancel it (signed in)."
     if pending:
-        return "Decide the request below: approve or deny it (you must be signed in)."
+        said = "Decide the request below: approve or deny it (you must be signed in)."
+        if any(a.kind == PAUSE for a in pending):  # (parked on a request, and paused too)
+            said += " The run is also paused by a person: " + (
+                "an operator lifts the pause." if may_lift is False else "Unpause it to go on."
+            )
+        return said
     done = decided_while_parked(rec, approvals)
     if done is not None:
         return (
