@@ -221,3 +221,28 @@ def test_the_pause_commands_hints_name_the_store_given(
     assert main(["unpause", rid, "--by", "ana", "--store", url]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert f"it still waits on 1 request(s): loopwright approvals {at}" in out, out
+
+
+def test_a_resume_the_cli_cannot_do_is_refused_before_the_decision(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`unpause --resume` (and `approve --resume`) of a run started from Python lifted the
+    pause (decided the request), then failed, exit 2, on the resume it cannot do: an error
+    for a change that was made. It is refused before anything changes."""
+    from loopwright.cli import main
+
+    rid = _parked_on_risk(url)
+    with lw.Runtime(url) as rt:
+        rt.pause(rid, by="ann")
+    capsys.readouterr()
+    for args in (["unpause", rid], ["approve", rid, "--request"]):
+        if args[0] == "approve":
+            with lw.Runtime(url) as rt:
+                [risky] = [a for a in rt.store.approvals(run_id=rid, status="pending")
+                           if a.kind != "pause"]  # fmt: skip
+            args = [*args, risky.approval_id]
+        assert main([*args, "--by", "bo", "--resume", "--store", url]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "started from Python" in err, err
+        with lw.Runtime(url) as rt:  # nothing decided
+            assert len(rt.store.approvals(run_id=rid, status="pending")) == 2
