@@ -189,6 +189,20 @@ def test_the_run_page_tells_who_may_not_unpause_what_they_can_do(url: str) -> No
     assert next_action("op").startswith("The run is paused: Unpause it below")
 
 
+def test_a_reader_not_signed_in_is_told_to_sign_in_to_unpause(url: str) -> None:
+    """Not signed in (a store without users lets anyone read), the page said "Unpause it
+    below" with no Unpause below, and its sign-in line left pausing out."""
+    rid, _ended = _runs(url)
+    with lw.Runtime(url) as rt:
+        rt.pause(rid, by="ann")
+    c = TestClient(create_app(url, token=SERVER), base_url=LOCAL)
+    page = c.get(f"/runs/{rid}").text
+    m = re.search(r'<dd id="next-action">([^<]*)</dd>', page)
+    assert m and m.group(1).startswith("The run is paused by a person: sign in"), m
+    assert "Unpause</button>" not in page
+    assert "with your token to cancel, pause, resume, roll back or rerun this run" in page
+
+
 def test_a_run_parked_on_a_request_and_paused_says_both(url: str) -> None:
     """A run parked on a risk request and paused too: its page said only "approve or deny"
     the request, and its confirmation of a resume the same, though the pause holds it after
