@@ -231,6 +231,9 @@ def _decide(
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
         who = acting_as(rt.store, by, token, action=how, target=f"run {rec.run_id}")
+        # --resume of a run no spec file here loads: refused before the decision is made
+        # (it was made, then the resume refused: an error for a decision that happened)
+        loop = _loop_for(rec) if resume_now else None
         names = {"by": "--by", "note": "--note", "request": "--request", "answer": "ANSWER"}
         with as_options(**names):
             if how == "answer":
@@ -253,10 +256,10 @@ def _decide(
             f"{decided.decided_by}"
             + (f": {decided.answer!r}" if decided.answer is not None else "")
         )
-        if resume_now:
+        if loop is not None:
             from ._interrupt import run_async
 
-            result = run_async(rt.resume(rec.run_id, _loop_for(rec)))
+            result = run_async(rt.resume(rec.run_id, loop))
             say(f"run {rec.run_id[:12]}: {result.status} ({result.stop_reason or '-'})")
             from ._tasks import exit_code_for
 
@@ -339,6 +342,7 @@ def pause(
         with as_options(by="--by", note="--note"):
             filed = rt.pause(rec.run_id, by=who, note=note, origin="cli")
         now = rt.store.get_run(rec.run_id)
+        me = "--token T" if rt.store.has_users() else "--by NAME"
     short = rec.run_id[:12]
     say(
         f"run {short}: paused by {who} (request {filed.approval_id})"
@@ -346,7 +350,8 @@ def pause(
         else f"run {short}: pause requested by {who} (request {filed.approval_id}): it parks at "
         "its next cycle boundary; the cycle under way finishes first"
     )
-    say(f"let it go on with: loopwright unpause {short}")
+    # typable as printed: the store it was given (as the other hints: store_flag)
+    say(f"let it go on with: loopwright unpause {short}{store_flag()} {me}")
 
 
 @app.command(short_help="Let a paused run go on where it stopped.")
@@ -367,19 +372,20 @@ def unpause(
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
         who = acting_as(rt.store, by, token, action="unpause", target=f"run {rec.run_id}")
+        loop = _loop_for(rec) if resume_now else None  # (refused before the pause is lifted)
         with as_options(by="--by", note="--note"):
             lifted = rt.unpause(rec.run_id, by=who, note=note, origin="cli")
         say(f"unpaused run {rec.run_id[:12]} (request {lifted.approval_id}) by {who}")
-        if resume_now:
+        if loop is not None:
             from ._interrupt import run_async
             from ._tasks import exit_code_for
 
-            result = run_async(rt.resume(rec.run_id, _loop_for(rec)))
+            result = run_async(rt.resume(rec.run_id, loop))
             say(f"run {rec.run_id[:12]}: {result.status} ({result.stop_reason or '-'})")
             raise typer.Exit(exit_code_for([result.status]))
         left = rt.store.approvals(run_id=rec.run_id, status="pending")
         if left:
-            say(f"it still waits on {len(left)} request(s): loopwright approvals")
+            say(f"it still waits on {len(left)} request(s): loopwright approvals{store_flag()}")
         else:
             say(continue_hint(rec))
 
