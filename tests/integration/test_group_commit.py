@@ -130,7 +130,8 @@ def test_a_batch_of_one_is_written_on_the_loop_and_a_larger_one_in_a_thread(
     store_url: str,
 ) -> None:
     """A lone commit gains nothing from a thread (it only pays the GIL's hand-offs); a batch
-    of several goes to one, so the event loop runs the other runs meanwhile."""
+    of several goes to one, so the event loop runs the other runs meanwhile. PostgreSQL's
+    lone commit goes to one too: it may wait on its run's row lock (evloop53)."""
     import threading
 
     loop = _loop()
@@ -164,7 +165,7 @@ def test_a_batch_of_one_is_written_on_the_loop_and_a_larger_one_in_a_thread(
             return [first, *rest]
 
         assert asyncio.run(main()) == [False] * 4  # each committed, none cancelled
-        assert calls == [(True, 1), (False, 3)]
+        assert calls == [(not st.concurrent_writers, 1), (False, 3)]
         assert [st.latest_checkpoint(r).seq for r in ids] == [1] * 4
     finally:
         st.close()

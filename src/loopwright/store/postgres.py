@@ -151,6 +151,7 @@ class PostgresStore(SQLStore):
     _MARK = "%s"
     _DB_NOW = _DB_NOW
     _LOCKS = True
+    concurrent_writers = True  # row locks: one run's write waits alone (``Store``)
     _UNIQUE = (psycopg.errors.UniqueViolation,)
     # a value refused (a duplicate, a number out of range): commit by commit; anything else
     # (a lost connection, a timeout) fails every commit, as one transaction would
