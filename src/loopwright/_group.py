@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 
 from ._errors import StoreError
 from ._memory import RECALL_RANKED
@@ -24,6 +25,7 @@ from ._store_threads import in_store_thread
 from .store import CommitRequest, Store
 from .store._protocol_commit import after_failed
 from .store._records import MemoryFound, MemoryRecall
+from .store._rows import RunBusy
 
 __all__ = ["GroupCommitter", "GroupRecall"]
 
@@ -51,7 +53,9 @@ class GroupCommitter:
         # runtime's ``group_commit=False``), each its own (written in a thread all the same).
         self.together = together
         self._writing: set[asyncio.Task[None]] = set()
-        self._busy: set[str] = set()  # the runs of the batches being written
+        # the runs of the batches being written (a run left out of one, ``RunBusy``, is in
+        # the batch it is written in alone before that one ends)
+        self._busy: Counter[str] = Counter()
         self.batches = 0
         self.commits = 0
         # (run_id, token) → the first commit of the run that failed, and why: a later one
@@ -108,15 +112,22 @@ class GroupCommitter:
             self._queue = left
             if not batch:
                 return
-            runs = {req.run_id for req, _ in batch}
-            self._busy |= runs
-            task = self.loop.create_task(self._write(batch), name="loopwright-commit-batch")
-            self._writing.add(task)
-            task.add_done_callback(lambda t, runs=runs: self._batch_ended(t, runs))  # type: ignore[misc]
+            self._spawn(batch)
 
-    def _batch_ended(self, task: asyncio.Task[None], runs: set[str]) -> None:
+    def _spawn(self, batch: list[tuple[CommitRequest, asyncio.Future[bool]]]) -> None:
+        """``batch`` written by a task of its own, its runs busy until it ends."""
+        runs = [req.run_id for req, _ in batch]
+        self._busy.update(runs)
+        task = self.loop.create_task(self._write(batch), name="loopwright-commit-batch")
+        self._writing.add(task)
+        task.add_done_callback(lambda t: self._batch_ended(t, runs))
+
+    def _batch_ended(self, task: asyncio.Task[None], runs: list[str]) -> None:
         self._writing.discard(task)
-        self._busy -= runs
+        self._busy.subtract(runs)
+        for run_id in runs:
+            if self._busy.get(run_id, 1) <= 0:
+                del self._busy[run_id]
         if self._queue:
             self._wake.set()
 
@@ -148,7 +159,12 @@ class GroupCommitter:
         self.batches += 1
         self.commits += len(batch)
         for (req, fut), res in zip(batch, results, strict=True):
-            if isinstance(res, BaseException):
+            if isinstance(res, RunBusy) and len(batch) > 1:
+                # its run's row locked by another session: nothing of it written; alone, in a
+                # batch of its own, it waits there while the rest of this batch goes on
+                self.commits -= 1
+                self._spawn([(req, fut)])
+            elif isinstance(res, BaseException):
                 self._note_failed(req, res)
                 if not fut.done():
                     fut.set_exception(res)

@@ -298,7 +298,7 @@ def test_a_worker_frozen_mid_write_is_fenced_when_thawed(faults: Faults, point: 
     if point == "commit":
         _to_the_point(f, a, point, 1)
         f.lift(gate)
-        f.until("A's commit waiting", lambda: f.waiting("lw_pg52_a", COMMIT[:1]), a)
+        f.until("A's commit waiting", lambda: f.waiting("lw_pg52_a", COMMIT), a)
         a.send_signal(signal.SIGSTOP)
         f.until("A frozen", lambda: _stopped(a))
         f.unlock()  # A's write goes through, then its transaction idles, A frozen
@@ -346,7 +346,7 @@ def test_the_lost_answer_of_the_commit_that_ended_a_run(faults: Faults) -> None:
     f.until("the third cycle's actor", lambda: len(f.lines("actors.log")) == 3, w)
     f.lock_runs()  # its next commit is the run's last: locked, then armed, then let go
     f.lift("actor_hold_3")
-    f.until("the last commit waiting", lambda: f.waiting("lw_pg52_l", COMMIT[:1]), w)
+    f.until("the last commit waiting", lambda: f.waiting("lw_pg52_l", COMMIT), w)
     (f.work / "arm").touch()
     f.unlock()
     f.until("the answer lost", (f.work / "fired").is_file, w)
