@@ -48,6 +48,18 @@ class BatchRefused(Exception):
     that the refusal is only its own run's. Never raised out of ``commit_many``."""
 
 
+class RunBusy(StoreError):
+    """A commit of ``commit_many`` left out of its batch: its run's row is held locked by
+    another session (PostgreSQL: a ``cancel``, the dashboard, a person in ``psql`` inside a
+    transaction), so nothing of it was written; the others of the batch were. The group
+    committer writes it again alone, waiting on the lock there while the other runs go on
+    (evloop53). Only a batch of several runs leaves one out: a lone commit waits."""
+
+
+# ``_fence_batch``'s token for a run whose row another session holds locked (``RunBusy``).
+BUSY_TOKEN = -1
+
+
 def batch_rows(
     items: Sequence[CommitRequest],
     cols: Sequence[dict[str, Any]],
@@ -64,6 +76,9 @@ def batch_rows(
     out = BatchRows()
     for it, cols_ in zip(items, cols, strict=True):
         held = owner.get(it.run_id)
+        if held is not None and held[0] == BUSY_TOKEN:
+            out.results.append(RunBusy(f"run {it.run_id}: its row is locked by another session"))
+            continue
         if held is None or held[0] != it.token:
             out.results.append(
                 StaleLeaseError(
