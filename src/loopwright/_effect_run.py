@@ -569,6 +569,20 @@ async def perform_effect(
                 )
                 put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
                 return out("in_doubt", attempts=attempts, cause=cause, error=info)
+            elif not eff.idempotent and not eff.takes_key and not _refused(exc):
+                # A failure that may have come after the action keeps its key for the next
+                # attempt (another run's, a rollback's redo), which a provider that
+                # deduplicates answers with what it did. A function that takes no ``key``
+                # never hands it to a provider: recorded ``failed`` (its claim free), the
+                # next run asking for the action did it a second time.
+                cause = (
+                    f"{named()} failed with {type(exc).__name__}: {exc_text(exc)} and may have "
+                    "acted; it is not idempotent, has no reconcile hook and takes no key to "
+                    "hand a provider, so it is not run again — check whether it happened "
+                    "(raise RefusedError when the outside world refused it, having done nothing)"
+                )
+                put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
+                return out("in_doubt", attempts=attempts, cause=cause, error=info)
             if running and not eff.idempotent:
                 # "Not done" is only true so far: run again, it would act twice.
                 cause = (
