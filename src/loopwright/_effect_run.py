@@ -382,6 +382,15 @@ async def perform_effect(
         and business
         and bool(entry.data.get("from_run") or entry.data.get("inherited_from"))
         and not recovered
+    ) or (
+        # In doubt about another run's claim as ``held`` found it (that run executing it, or
+        # undoing it), not about an attempt of this run: asked again (a rollback's redo). The
+        # old answer was kept for good: a run that asked while another paid stayed escalated
+        # after that payment was done, a rollback past it too (effects53).
+        entry is not None
+        and entry.status == "in_doubt"
+        and business
+        and bool(entry.data.get("from_run"))
     )
     if reuse_only and (entry is None or stale):
         standing = reuse_standing(store, eff.kind, action, ex.run_id)
