@@ -510,6 +510,7 @@ class Decisions(RuntimeHost):
             loop=loop,
             cycle=cur.cycle,
             why=f"{by} rolled the run back to cycle {to_cycle}",
+            redo=True,
         )
         cur.pending = pend
         self._note_not_offered(ex, loop)

@@ -82,3 +82,40 @@ def test_loopwright_rollback_prints_the_persons_version_it_replaces(
     out = capsys.readouterr().out
     assert code == 0
     assert "replaces alice's version of doc/c (v2)" in " ".join(out.split())
+
+
+def test_a_rollback_past_an_irreversible_run_scoped_effect_says_a_redo_runs_it_again(
+    url: str,
+) -> None:
+    # A payment without a compensation and with the default key (run, cycle, name,
+    # arguments): the rollback listed it irreversible, and the redone cycle paid again under
+    # its own cycle's key with nothing having said so. Now the listing says it.
+    paid: list[str] = []
+
+    @lw.effect("spend", name="pay")
+    def pay(invoice: str, *, key: str) -> str:
+        paid.append(key)
+        return key
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.artifacts["doc"]["c"] != 3:
+            return lw.Proposal(edits=(lw.Edit("doc", "c", 3),))
+        fix = (lw.Edit("doc", "a", 1), lw.Edit("doc", "b", 2))
+        return lw.Proposal(edits=fix, effects=(pay.call(invoice="I6"),))
+
+    loop = lw.Loop(
+        name="again",
+        actor=actor,
+        verifiers=[fields],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=6)),
+        effects=[pay],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),)),
+    )
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, TASK)
+        assert r.status == "accepted" and len(paid) == 1
+        rt.rollback(r.run_id, 1, by="ops", loop=loop)
+        [ev] = [e for e in rt.store.events(r.run_id) if e.kind == "rolled_back"]
+        [item] = ev.data["irreversible"]
+        assert item.startswith(f"pay ({paid[0]}): it stands")
+        assert "runs it again" in item
