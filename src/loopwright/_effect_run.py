@@ -391,6 +391,15 @@ async def perform_effect(
         and business
         and bool(entry.data.get("from_run") or entry.data.get("inherited_from"))
         and not recovered
+    ) or (
+        # In doubt about another run's claim as ``held`` found it (that run executing it, or
+        # undoing it), not about an attempt of this run: asked again (a rollback's redo). The
+        # old answer was kept for good: a run that asked while another paid stayed escalated
+        # after that payment was done, a rollback past it too (effects53).
+        entry is not None
+        and entry.status == "in_doubt"
+        and business
+        and bool(entry.data.get("from_run"))
     )
     if reuse_only and (entry is None or stale):
         standing = reuse_standing(store, eff.kind, action, ex.run_id)
@@ -577,6 +586,20 @@ async def perform_effect(
                     "is not idempotent and has no reconcile hook, so it is not retried"
                 )
                 await put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
+                return out("in_doubt", attempts=attempts, cause=cause, error=info)
+            elif not eff.idempotent and not eff.takes_key and not _refused(exc):
+                # A failure that may have come after the action keeps its key for the next
+                # attempt (another run's, a rollback's redo), which a provider that
+                # deduplicates answers with what it did. A function that takes no ``key``
+                # never hands it to a provider: recorded ``failed`` (its claim free), the
+                # next run asking for the action did it a second time.
+                cause = (
+                    f"{named()} failed with {type(exc).__name__}: {exc_text(exc)} and may have "
+                    "acted; it is not idempotent, has no reconcile hook and takes no key to "
+                    "hand a provider, so it is not run again — check whether it happened "
+                    "(raise RefusedError when the outside world refused it, having done nothing)"
+                )
+                put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
                 return out("in_doubt", attempts=attempts, cause=cause, error=info)
             if running and not eff.idempotent:
                 # "Not done" is only true so far: run again, it would act twice.

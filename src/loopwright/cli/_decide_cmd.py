@@ -449,6 +449,8 @@ def rollback(
     approval policy and run on the next `loopwright resume`.
     """
     from .._engine import Runtime
+    from .._people import rollback_dropped
+    from .._state import said_dropped
     from ._render import say
 
     if to_cycle < 0:
@@ -471,8 +473,11 @@ def rollback(
             else 0
         )
         reversal = _reversal(rt.store, rec.run_id)
+        dropped = rollback_dropped(rt.store, rec.run_id)
         me = "--token T" if rt.store.has_users() else "--by NAME"
     say(f"run {rec.run_id[:12]}: rolled back to cycle {to_cycle}, now {rec.status}")
+    if dropped:
+        say(f"  replaces {said_dropped(dropped)}", style="yellow")
     _print_reversal(rec.run_id, reversal, done, "Runtime.rollback(run, N, by=..., loop=...)", me)
     if rec.status != "awaiting_approval":
         say(continue_hint(rec))

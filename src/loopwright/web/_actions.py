@@ -21,7 +21,9 @@ from .._contract import TERMINAL_STATUSES, contract_from_snapshot, refuse_engine
 from .._engine import Runtime
 from .._errors import ConfigError, LoopwrightError, RunNotFoundError
 from .._keys import check_key
+from .._people import rollback_dropped
 from .._spec import loop_of_run
+from .._state import said_dropped
 from ..store import NewEvent, RunRecord, Store
 from ..store._records import PAUSE
 from ._auth import Auth
@@ -119,6 +121,9 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         )
         offers = store.approvals(run_id=done.run_id, status="pending")
         msg = f"rolled back to cycle {to_cycle} by {who}, now {done.status.replace('_', ' ')}"
+        dropped = rollback_dropped(store, done.run_id)
+        if dropped:
+            msg += f"; it replaces {said_dropped(dropped)}"
         if offers:
             msg += f"; {len(offers)} compensation request(s) to decide first"
         elif resume:
