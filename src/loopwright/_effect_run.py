@@ -599,7 +599,7 @@ async def perform_effect(
                     "hand a provider, so it is not run again — check whether it happened "
                     "(raise RefusedError when the outside world refused it, having done nothing)"
                 )
-                put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
+                await put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
                 return out("in_doubt", attempts=attempts, cause=cause, error=info)
             if running and not eff.idempotent:
                 # "Not done" is only true so far: run again, it would act twice.
