@@ -123,52 +123,56 @@ def register_api(app: FastAPI, ctx: WebContext) -> None:
         )
         return [approval_summary(a) for a in as_now(store, rows)]
 
-    @app.post("/api/runs/{run_id}/cancel", tags=["runs"])
-    def api_cancel(request: Request, run_id: str) -> dict[str, Any]:
-        """Cancel a run (recorded as the dashboard's identity)."""
-        return api_act(request, run_id, "cancel")
-
-    pause_body = {
+    note_body = {
         "type": "object",
         "properties": {"note": {"type": "string"}},
         "additionalProperties": False,
     }
+    takes_note = {"requestBody": {"required": False, "content": {JSON_TYPE: {"schema": note_body}}}}
 
-    @app.post(
-        "/api/runs/{run_id}/pause",
-        tags=["runs"],
-        openapi_extra={
-            "requestBody": {"required": False, "content": {JSON_TYPE: {"schema": pause_body}}}
-        },
-    )
+    async def note_of(request: Request) -> str | None:
+        """The optional ``{"note": "..."}`` of a cancel, pause or resume; another field, or a
+        body that is not such an object, is 400 (a body was dropped unread)."""
+        if not (await request.body()).strip():
+            return None
+        body = await json_body(request, '{"note": "..."}')
+        if body is not None and not isinstance(body, dict):
+            raise HTTPException(400, 'the body must be a JSON object: {"note": "..."}')
+        extra = sorted(set(body or {}) - {"note"})
+        if extra:
+            raise HTTPException(400, f"unknown field(s) {', '.join(extra)}: give note")
+        note = (body or {}).get("note")
+        if note is not None and not isinstance(note, str):
+            raise HTTPException(400, "note must be text")
+        return note
+
+    def acted(request: Request, run_id: str, how: str, note: str | None) -> dict[str, Any]:
+        rec, msg = act(ctx, request, run_id, how, note)
+        return {"run": run_summary(store.get_run(rec.run_id)), "message": msg}
+
+    async def api_act(request: Request, run_id: str, how: str) -> dict[str, Any]:
+        await run_in_threadpool(ctx.require_api_write, request)
+        note = await note_of(request)
+        return await run_in_threadpool(acted, request, run_id, how, note)
+
+    @app.post("/api/runs/{run_id}/cancel", tags=["runs"], openapi_extra=takes_note)
+    async def api_cancel(request: Request, run_id: str) -> dict[str, Any]:
+        """Cancel a run (recorded as the dashboard's identity). JSON ``{"note": "..."}``
+        (optional): why, kept on its ``cancel_requested`` event with who asked."""
+        return await api_act(request, run_id, "cancel")
+
+    @app.post("/api/runs/{run_id}/pause", tags=["runs"], openapi_extra=takes_note)
     async def api_pause(request: Request, run_id: str) -> dict[str, Any]:
         """Pause a run at its next cycle boundary (recorded as the dashboard's identity); it
         goes on once its ``pause`` request is approved. JSON ``{"note": "..."}`` (optional):
         why, shown on the request, as ``loopwright pause --note`` (it was dropped unread)."""
-        await run_in_threadpool(ctx.require_api_write, request)
-        note = None
-        if (await request.body()).strip():
-            body = await json_body(request, '{"note": "..."}')
-            if body is not None and not isinstance(body, dict):
-                raise HTTPException(400, 'the body must be a JSON object: {"note": "..."}')
-            extra = sorted(set(body or {}) - {"note"})
-            if extra:
-                raise HTTPException(400, f"unknown field(s) {', '.join(extra)}: give note")
-            note = (body or {}).get("note")
-            if note is not None and not isinstance(note, str):
-                raise HTTPException(400, "note must be text")
-        rec, msg = await run_in_threadpool(act, ctx, request, run_id, "pause", note)
-        return {"run": run_summary(store.get_run(rec.run_id)), "message": msg}
+        return await api_act(request, run_id, "pause")
 
-    @app.post("/api/runs/{run_id}/resume", tags=["runs"])
-    def api_resume(request: Request, run_id: str) -> dict[str, Any]:
-        """Resume an interrupted run in the background, where its spec file is found."""
-        return api_act(request, run_id, "resume")
-
-    def api_act(request: Request, run_id: str, how: str) -> dict[str, Any]:
-        ctx.require_api_write(request)
-        rec, msg = act(ctx, request, run_id, how)
-        return {"run": run_summary(store.get_run(rec.run_id)), "message": msg}
+    @app.post("/api/runs/{run_id}/resume", tags=["runs"], openapi_extra=takes_note)
+    async def api_resume(request: Request, run_id: str) -> dict[str, Any]:
+        """Resume an interrupted run in the background, where its spec file is found. JSON
+        ``{"note": "..."}`` (optional): why, kept on its ``resume_requested`` event."""
+        return await api_act(request, run_id, "resume")
 
     # ``part:path``: a part's name may hold a slash (an artifact's may not), and the run page
     # links here with it as written

@@ -17,6 +17,8 @@ from .._errors import (
     NotPermittedError,
     RunNotFoundError,
 )
+from .._people import _printable_note
+from .._redact import redact_text
 from .._spec import loop_of_run
 from ..store import Approval, NewEvent, RunRecord, Store
 from ._context import RESUMING, WebContext
@@ -24,6 +26,7 @@ from ._http import http_error, origin_of, text_field
 from ._views import edits_view
 
 __all__ = [
+    "RUN_ACTIONS",
     "act",
     "decide",
     "edit_part",
@@ -31,6 +34,20 @@ __all__ = [
     "permitted_unrecorded",
     "refused_decision",
 ]
+
+
+RUN_ACTIONS = ("cancel", "pause", "resume")  # what ``act`` does (the run page's form, the API)
+
+
+def person_note(note: str | None) -> str | None:
+    """A note typed with a cancel, pause or resume, held to a decision's note's rule (no
+    control character, escape sequence or bidirectional override: 400), stored masked
+    (invariant 9); ``None`` for none or an empty one."""
+    try:
+        note = _printable_note(text_field(note, "note"))
+    except ConfigError as exc:
+        raise HTTPException(400, f"note: {exc}") from None
+    return redact_text(note.strip()) if note and note.strip() else None
 
 
 def find_approval(store: Store, approval_id: str) -> Approval:
@@ -110,8 +127,13 @@ def act(
 ) -> tuple[RunRecord, str]:
     """Cancel, pause or resume a run as the signed-in person; the event log keeps who and
     when (``cancel_requested`` / ``pause_requested`` / ``resume_requested``, beside the
-    engine's own). ``note``: a pause's, why (``Runtime.pause``)."""
+    engine's own). ``note``: why (a pause's, on its request, as ``Runtime.pause`` keeps it; a
+    cancel's or resume's, on its ``*_requested`` event). The request (the action, the note) is
+    checked before the run: a mistake is 400 whatever state the run is in."""
     store, auth = ctx.store, ctx.auth
+    if how not in RUN_ACTIONS:
+        raise HTTPException(400, f"unknown action {how!r}: one of {', '.join(RUN_ACTIONS)}")
+    note = person_note(note)
     try:
         rec = store.get_run(run_id)
     except RunNotFoundError as exc:
@@ -125,7 +147,7 @@ def act(
             operate(store, by, "resume", f"run {rec.run_id}", origin=where)
         except LoopwrightError as exc:
             raise http_error(exc) from exc
-    who = {"by": by}
+    who = {"by": by, **({"note": note} if note else {})}
     if how == "cancel":
         # The request is written only when it may be made: a refused cancel leaves the run's
         # log as it was, and is audited once, by the engine (below), as every refusal is.
@@ -143,9 +165,7 @@ def act(
         return done, f"{said} by {by}"
     if how == "pause":  # checked, filed and audited by the engine (``Runtime.pause``)
         try:
-            filed = Runtime(store).pause(
-                rec.run_id, by=by, note=text_field(note, "note"), origin=where
-            )
+            filed = Runtime(store).pause(rec.run_id, by=by, note=note, origin=where)
         except ConfigError as exc:  # the note (a control character): the person's mistake
             raise HTTPException(400, str(exc)) from exc
         except LoopwrightError as exc:
@@ -153,14 +173,11 @@ def act(
         done = store.get_run(rec.run_id)
         said = "paused" if done.status == "awaiting_approval" else "pause requested"
         return done, f"{said} by {by} (request {filed.approval_id}): unpause it to go on"
-    if how == "resume":
-        if rec.status == "awaiting_approval" and store.approvals(
-            run_id=rec.run_id, status="pending"
-        ):
-            raise HTTPException(409, "the run waits for a decision: approve or deny it first")
-        store.append_events(rec.run_id, [NewEvent(rec.cycle, "resume_requested", who)])
-        return rec, f"resume requested by {by}: {ctx.resume_later(rec.run_id)}"
-    raise HTTPException(400, f"unknown action {how!r}")
+    # resume
+    if rec.status == "awaiting_approval" and store.approvals(run_id=rec.run_id, status="pending"):
+        raise HTTPException(409, "the run waits for a decision: approve or deny it first")
+    store.append_events(rec.run_id, [NewEvent(rec.cycle, "resume_requested", who)])
+    return rec, f"resume requested by {by}: {ctx.resume_later(rec.run_id)}"
 
 
 def edit_part(

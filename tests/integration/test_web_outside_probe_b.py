@@ -1,0 +1,103 @@
+"""What the outside tester of the dashboard left (web53, stop 53), fixed (web53b).
+
+- ``POST /api/runs/{id}/cancel`` and ``/resume`` read no body: ``{"note": "..."}`` or any field
+  was dropped unread, where a pause keeps its note and refuses another field. Both take a note
+  now (why, on the ``cancel_requested`` / ``resume_requested`` event beside who asked), held to
+  a decision's note's rule, and refuse another field.
+- An action on an ended run was answered 409 "already ended" before its request was looked
+  at: an unknown action, or a bad body, said the run had ended. The request is checked first.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+import loopwright as lw
+from loopwright.web import create_app
+
+LOCAL = "http://127.0.0.1"
+TOKEN = "probe-b-token-0123456789"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def _run(store: str, key: str) -> str:
+    loop = lw.Loop(
+        name="probe-b",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"v": 1}),
+        verifiers=[lambda s, p: lw.Verdict(passed=True, score=1.0)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+    )
+    with lw.Runtime(store) as rt:
+        return rt.create(loop, {"artifacts": {"doc": {"v": 0}}}, task_key=key)[0].run_id
+
+
+def _events(store: str, run_id: str, kind: str) -> list[dict[str, object]]:
+    with lw.Runtime(store) as rt:
+        return [dict(e.data) for e in rt.store.events_of_kinds(run_id, (kind,))]
+
+
+@pytest.mark.parametrize("how", ["cancel", "resume"])
+def test_a_cancel_or_resume_keeps_its_note_and_refuses_a_bad_body(tmp_path: Path, how: str) -> None:
+    store = str(tmp_path / "s.db")
+    rid = _run(store, "one")
+    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    path = f"/api/runs/{rid}/{how}"
+    for bad in ({"note": "a\x1b[2Jb"}, {"note": 5}, {"why": "x"}, ["x"]):
+        r = c.post(path, json=bad, headers=BEARER)
+        assert r.status_code == 400, (bad, r.text)
+    assert "why" in c.post(path, json={"why": "x"}, headers=BEARER).json()["detail"]
+    assert _events(store, rid, f"{how}_requested") == []  # nothing done
+    with lw.Runtime(store) as rt:
+        assert rt.store.get_run(rid).status not in ("cancelled",)
+    r = c.post(path, json={"note": "duplicate of the invoice run"}, headers=BEARER)
+    assert r.status_code == 200, r.text
+    [asked] = _events(store, rid, f"{how}_requested")
+    assert asked == {"by": "ana", "note": "duplicate of the invoice run"}
+    schema = c.get("/openapi.json").json()["paths"][f"/api/runs/{{run_id}}/{how}"]["post"]
+    assert "note" in str(schema["requestBody"])
+    # no body, as before: recorded without a note
+    other = _run(store, "two")
+    assert c.post(f"/api/runs/{other}/{how}", headers=BEARER).status_code == 200
+    assert _events(store, other, f"{how}_requested") == [{"by": "ana"}]
+
+
+def test_a_note_typed_with_a_cancel_is_stored_masked(tmp_path: Path) -> None:
+    store = str(tmp_path / "s.db")
+    rid = _run(store, "one")
+    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    key = "sk-proj-" + "A1b2C3d4E5f6G7h8J9k0" * 2
+    r = c.post(f"/api/runs/{rid}/cancel", json={"note": f"leaked {key}"}, headers=BEARER)
+    assert r.status_code == 200, r.text
+    [asked] = _events(store, rid, "cancel_requested")
+    assert key not in str(asked) and str(asked["note"]).startswith("leaked ")
+
+
+def test_a_bad_request_on_an_ended_run_is_400_not_409(tmp_path: Path) -> None:
+    store = str(tmp_path / "s.db")
+    rid = _run(store, "one")
+    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    assert c.post(f"/api/runs/{rid}/cancel", headers=BEARER).status_code == 200
+    with lw.Runtime(store) as rt:
+        assert rt.store.get_run(rid).status == "cancelled"
+    # the API: a body it does not take is the mistake named, whatever the run's state
+    for how in ("cancel", "pause", "resume"):
+        r = c.post(f"/api/runs/{rid}/{how}", json={"why": "x"}, headers=BEARER)
+        assert r.status_code == 400, (how, r.text)
+        assert "unknown field" in r.json()["detail"]
+    # as it was: a good request on an ended run is 409
+    assert c.post(f"/api/runs/{rid}/resume", headers=BEARER).status_code == 409
+    # the run page's form: an unknown action is 400, not "already ended"
+    c.post("/login", data={"token": TOKEN}, follow_redirects=False)
+    csrf = re.search(r'name="csrf" value="([^"]+)"', c.get(f"/runs/{rid}").text)
+    assert csrf is not None
+    r = c.post(
+        f"/runs/{rid}/act",
+        data={"csrf": csrf.group(1), "action": "explode"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 400, r.text
+    assert "unknown action" in r.text and "already ended" not in r.text
