@@ -101,3 +101,72 @@ def test_a_bad_request_on_an_ended_run_is_400_not_409(tmp_path: Path) -> None:
     )
     assert r.status_code == 400, r.text
     assert "unknown action" in r.text and "already ended" not in r.text
+
+
+KEY = "sk-proj-" + "Q9w8E7r6T5y4U3i2O1p0" * 2  # a key's shape: masked wherever it is written
+
+
+def test_the_servers_own_log_lines_are_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``loopwright ui`` masked loopwright's loggers, not uvicorn's: a route that failed was
+    logged by ``uvicorn.error`` with its traceback, a key in the exception's message (or the
+    query string it quotes) written in clear. The real server runs, as ``loopwright ui``
+    configures it; one request to a route that fails, then the server is told to stop."""
+    pytest.importorskip("uvicorn")
+    import http.client
+    import socket
+    import threading
+
+    import uvicorn
+
+    import loopwright.web
+    from loopwright.cli import main
+
+    store = str(tmp_path / "ui.db")
+    with lw.Runtime(store):
+        pass
+    real_create_app = loopwright.web.create_app
+
+    def create_app_failing(*a: object, **k: object) -> object:
+        app = real_create_app(*a, **k)  # type: ignore[arg-type]
+
+        @app.get("/fail")
+        def fail(q: str = "") -> None:
+            raise RuntimeError(f"upstream refused {q}")
+
+        return app
+
+    answers: list[int] = []
+
+    def run(app: object, **kwargs: object) -> None:  # uvicorn.run, with a way to stop it
+        server = uvicorn.Server(uvicorn.Config(app, **kwargs))  # type: ignore[arg-type]
+        fd = kwargs["fd"]
+        assert isinstance(fd, int)
+        with socket.socket(fileno=socket.dup(fd)) as listening:
+            port = listening.getsockname()[1]
+
+        def ask() -> None:  # the socket listens already: the request waits in its backlog
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port)
+                conn.request("GET", f"/fail?q={KEY}")
+                answers.append(conn.getresponse().status)
+                conn.close()
+            finally:
+                server.should_exit = True
+
+        asker = threading.Thread(target=ask)
+        asker.start()
+        server.run()
+        asker.join()
+
+    monkeypatch.setattr(loopwright.web, "create_app", create_app_failing)
+    monkeypatch.setattr(uvicorn, "run", run)
+    monkeypatch.setenv("LOOPWRIGHT_UI_TOKEN", "ui-log-token-0123456789")
+    code = main(["ui", "--port", "0", "--store", store])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert answers == [500]
+    assert "upstream refused" in out.err  # the failure is logged, its traceback too
+    assert "Traceback" in out.err
+    assert KEY not in out.out + out.err
