@@ -281,7 +281,7 @@ def test_a_sign_in_from_another_site_is_refused(parked: tuple[str, str]) -> None
 
 
 def test_token_must_be_given() -> None:
-    with pytest.raises(lw.ConfigError, match="token must be at least 8 characters"):
+    with pytest.raises(lw.ConfigError, match="token must be at least 16 characters"):
         create_app(":memory:", token="")
 
 
@@ -362,7 +362,7 @@ def test_svg_parts_are_shown_as_inert_images(tmp_path: Path) -> None:
     store = str(tmp_path / "svg.db")
     with lw.Runtime(store) as rt:
         r = rt.run_sync(loop, {"task_key": "svg-1", "artifacts": {"panel": {"svg": ""}}})
-    client = TestClient(create_app(store, token="t0ken-12345"), base_url=LOCAL)
+    client = TestClient(create_app(store, token="t0ken-12345-abcdef"), base_url=LOCAL)
     page = client.get(f"/runs/{r.run_id}").text
     assert (
         f'src="/runs/{r.run_id}/svg?ref=panel/svg&amp;v=2"' in page

@@ -170,3 +170,72 @@ def test_the_servers_own_log_lines_are_masked(
     assert "upstream refused" in out.err  # the failure is logged, its traceback too
     assert "Traceback" in out.err
     assert KEY not in out.out + out.err
+
+
+def test_wrong_tokens_from_one_source_are_answered_429_past_the_limit(tmp_path: Path) -> None:
+    """Refused sign-ins were counted per source for the audit log, never slowed: a script could
+    try tokens as fast as the server answered, by the form or as a bearer token (whose answer,
+    401 or not, says whether it was right). Past ``SignInBackoff.limit`` wrong tokens from a
+    source within its window, every token it tries is 429 with Retry-After, a right one too,
+    until the window is over. The window's clock is the test's: nothing here is timed."""
+    store = str(tmp_path / "s.db")
+    rid = _run(store, "one")
+    app = create_app(store, token=TOKEN, identity="ana")
+    now = [1000.0]
+    app.state.backoff.clock = lambda: now[0]
+    limit, window = app.state.backoff.limit, app.state.backoff.window_s
+    assert limit == 10 and window == 60.0
+    c = TestClient(app, base_url=LOCAL)
+    cancel = f"/api/runs/{rid}/cancel"
+    for i in range(limit):  # the form's and bearer tokens count together
+        if i % 2:
+            assert c.post("/login", data={"token": f"guess-{i}"}).status_code == 403
+        else:
+            r = c.post(cancel, headers={"Authorization": f"Bearer guess-{i}"})
+            assert r.status_code == 401
+    now[0] += 15.0
+    for r in (
+        c.post("/login", data={"token": TOKEN}, follow_redirects=False),  # right, and refused
+        c.post(cancel, headers=BEARER),
+        c.get("/api/me", headers={"Authorization": "Bearer guess-x"}),  # a read says who, too
+    ):
+        assert r.status_code == 429, r.text
+        assert r.headers["Retry-After"] == "45"
+        assert "too many wrong tokens" in r.json()["detail"]
+    assert _events(store, rid, "cancel_requested") == []
+    # the window over: the right token signs in (and a session is no token tried)
+    now[0] += 45.0
+    assert c.post("/login", data={"token": TOKEN}, follow_redirects=False).status_code == 303
+    assert c.get("/api/me").status_code == 200
+    assert c.post(cancel, headers=BEARER).status_code == 200
+
+
+def test_the_backoff_forgets_the_oldest_source_first() -> None:
+    from loopwright.web._auth import SignInBackoff
+
+    b = SignInBackoff(limit=2, window_s=60.0, clock=lambda: 0.0, max_sources=2)
+    for source in ("a", "a", "b", "b", "c"):
+        b.failed(source)
+    assert (b.retry_after("a"), b.retry_after("b"), b.retry_after("c")) == (0, 60, 0)
+
+
+def test_a_short_ui_token_is_refused_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``LOOPWRIGHT_UI_TOKEN`` could be 8 characters, where the printed token is 32 and a
+    person's 256 bits: under 16 is refused, one line, exit 2."""
+    pytest.importorskip("uvicorn")
+    import uvicorn
+
+    from loopwright.cli import main
+
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: None)  # a start taken listens not
+    store = str(tmp_path / "ui.db")
+    with lw.Runtime(store):
+        pass
+    monkeypatch.setenv("LOOPWRIGHT_UI_TOKEN", "hunter2-secret")  # 14
+    assert main(["ui", "--port", "0", "--store", store]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "LOOPWRIGHT_UI_TOKEN" in err and "16 characters" in err
+    with pytest.raises(lw.ConfigError, match="16 characters"):
+        create_app(store, token="hunter2-secret")
