@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from support.modules import load_sibling
 
 import loopwright as lw
 from loopwright.web import create_app
@@ -25,14 +26,10 @@ BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def _run(store: str, key: str) -> str:
-    loop = lw.Loop(
-        name="probe-b",
-        actor=lambda ctx: lw.Proposal.edit("doc", {"v": 1}),
-        verifiers=[lambda s, p: lw.Verdict(passed=True, score=1.0)],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
-    )
-    with lw.Runtime(store) as rt:
-        return rt.create(loop, {"artifacts": {"doc": {"v": 0}}}, task_key=key)[0].run_id
+    """A run created and not started (the first probe's)."""
+    probe = load_sibling(__file__, "test_web_outside_probe.py", "_web_outside_probe_a")
+    run_id: str = probe._other_run_keyed(store, key)
+    return run_id
 
 
 def _events(store: str, run_id: str, kind: str) -> list[dict[str, object]]:
