@@ -55,7 +55,7 @@ class Decision(_Posted):
 
 
 class Note(_Posted):
-    """A pause or an unpause posted to the API: a note, optional."""
+    """A cancel, pause, unpause or resume posted to the API: a note, optional."""
 
     SHAPE: ClassVar[str] = '{"note": "..."}'
 
@@ -153,10 +153,21 @@ def register_api(app: FastAPI, ctx: WebContext) -> None:
         )
         return [approval_summary(a) for a in as_now(store, rows)]
 
-    @app.post("/api/runs/{run_id}/cancel", tags=["runs"])
-    def api_cancel(request: Request, run_id: str) -> dict[str, Any]:
-        """Cancel a run (recorded as the dashboard's identity)."""
-        return api_act(request, run_id, "cancel")
+    def acted(request: Request, run_id: str, how: str, note: str | None) -> dict[str, Any]:
+        rec, msg = act(ctx, request, run_id, how, note)
+        return {"run": run_summary(store.get_run(rec.run_id)), "message": msg}
+
+    async def api_act(request: Request, run_id: str, how: str) -> dict[str, Any]:
+        # The optional ``{"note": "..."}`` read as a pause's is (another shape: 422)
+        await run_in_threadpool(ctx.require_api_write, request)
+        note = (await body_of(request, Note, required=False)).note
+        return await run_in_threadpool(acted, request, run_id, how, note)
+
+    @app.post("/api/runs/{run_id}/cancel", tags=["runs"], openapi_extra=body_schema(Note))
+    async def api_cancel(request: Request, run_id: str) -> dict[str, Any]:
+        """Cancel a run (recorded as the dashboard's identity). JSON ``{"note": "..."}``
+        (optional): why, kept on its ``cancel_requested`` event with who asked."""
+        return await api_act(request, run_id, "cancel")
 
     @app.post("/api/runs/{run_id}/pause", tags=["runs"], openapi_extra=body_schema(Note))
     async def api_pause(request: Request, run_id: str) -> dict[str, Any]:
@@ -193,15 +204,11 @@ def register_api(app: FastAPI, ctx: WebContext) -> None:
         )
         return {"run": run_summary(done), "approval": req.to_dict(), "message": msg}
 
-    @app.post("/api/runs/{run_id}/resume", tags=["runs"])
-    def api_resume(request: Request, run_id: str) -> dict[str, Any]:
-        """Resume an interrupted run in the background, where its spec file is found."""
-        return api_act(request, run_id, "resume")
-
-    def api_act(request: Request, run_id: str, how: str) -> dict[str, Any]:
-        ctx.require_api_write(request)
-        rec, msg = act(ctx, request, run_id, how)
-        return {"run": run_summary(store.get_run(rec.run_id)), "message": msg}
+    @app.post("/api/runs/{run_id}/resume", tags=["runs"], openapi_extra=body_schema(Note))
+    async def api_resume(request: Request, run_id: str) -> dict[str, Any]:
+        """Resume an interrupted run in the background, where its spec file is found. JSON
+        ``{"note": "..."}`` (optional): why, kept on its ``resume_requested`` event."""
+        return await api_act(request, run_id, "resume")
 
     # ``part:path``: a part's name may hold a slash (an artifact's may not), and the run page
     # links here with it as written

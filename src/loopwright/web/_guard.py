@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware.base import RequestResponseEndpoint
 
-from ._auth import NO_TOKEN, UNKNOWN_TOKEN, Auth
+from ._auth import NO_TOKEN, SIGN_IN, UNKNOWN_TOKEN, Auth
 from ._http import origin_of
 
 __all__ = [
@@ -80,6 +80,25 @@ def _forged(auth: Auth, request: Request) -> bool:
     )
 
 
+def _backed_off(
+    app: FastAPI, auth: Auth, request: Request, path: str, bearer: bool
+) -> JSONResponse | None:
+    """429 with ``Retry-After`` for a sign-in (the form's, a bearer token on any request)
+    from a source past its wrong tokens' limit (``SignInBackoff``), counted with the refused
+    sign-ins; None to go on, a bearer token that names nobody counted (the form's are counted
+    by ``/login``). A read too: ``/api/me`` says whom a token names."""
+    where = origin_of(request)
+    wait: int = app.state.backoff.retry_after(where)
+    if not wait:
+        if bearer and not auth.bearer_ok(request):
+            app.state.backoff.failed(where)
+        return None
+    why = f"too many wrong tokens from here: try again in {wait} s"
+    what = SIGN_IN if path == "/login" else (request.method, path[:200])
+    app.state.sign_ins.refused(where, why, what)
+    return JSONResponse({"detail": why}, status_code=429, headers={"Retry-After": str(wait)})
+
+
 def install_guard(app: FastAPI, auth: Auth) -> None:
     """The ``guard`` middleware: added first, it runs inside the Host, body-size and HEAD
     middlewares ``create_app`` adds after it, before any route."""
@@ -102,6 +121,12 @@ def install_guard(app: FastAPI, auth: Auth) -> None:
             early = JSONResponse(
                 {"detail": "the path or query holds a NUL character (%00)"}, status_code=400
             )
+        scheme, _, value = request.headers.get("authorization", "").partition(" ")
+        bearer = scheme.lower() == "bearer" and bool(value.strip())
+        if early is None and (bearer or (request.method == "POST" and path == "/login")):
+            # a token tried from a source past its wrong tokens' limit: not checked (a right
+            # one let through would say which guess was right), counted as refused
+            early = await run_in_threadpool(_backed_off, app, auth, request, path, bearer)
         unsigned = (
             early is None
             and request.method in WRITES
@@ -127,12 +152,11 @@ def install_guard(app: FastAPI, auth: Auth) -> None:
         elif unsigned:
             # Every write needs a sign-in, asked before a route reads (or FastAPI parses) its
             # body; the route checks the rest (the CSRF token, what the person may do).
-            scheme, _, value = request.headers.get("authorization", "").partition(" ")
             # A token that names nobody (wrong, unknown, revoked) is recorded, as the CLI's
             # `(unknown token)` is, and a write with no token or session at all as its
             # `(no token)` (it was recorded nowhere), through the refused sign-ins' count per
             # source: a flood of such writes cannot fill the audit log.
-            if scheme.lower() == "bearer" and value.strip():
+            if bearer:
                 who, why = UNKNOWN_TOKEN, "wrong, unknown or revoked token"
             else:
                 who, why = NO_TOKEN, "no token, or a session that ended"

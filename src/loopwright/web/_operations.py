@@ -17,6 +17,8 @@ from .._errors import (
     NotPermittedError,
     RunNotFoundError,
 )
+from .._people import _printable_note
+from .._redact import redact_text
 from .._spec import loop_of_run
 from ..store import Approval, NewEvent, RunRecord, Store
 from ._context import RESUMING, WebContext
@@ -24,6 +26,7 @@ from ._http import http_error, origin_of, text_field
 from ._views import edits_view, waits_on
 
 __all__ = [
+    "RUN_ACTIONS",
     "act",
     "decide",
     "edit_part",
@@ -33,6 +36,25 @@ __all__ = [
     "permitted_unrecorded",
     "refused_decision",
 ]
+
+
+RUN_ACTIONS = (
+    "cancel",
+    "pause",
+    "unpause",
+    "resume",
+)  # what ``act`` does (the run page's form, the API)
+
+
+def person_note(note: str | None) -> str | None:
+    """A note typed with a cancel, pause or resume, held to a decision's note's rule (no
+    control character, escape sequence or bidirectional override: 400), stored masked
+    (invariant 9); ``None`` for none or an empty one."""
+    try:
+        note = _printable_note(text_field(note, "note"))
+    except ConfigError as exc:
+        raise HTTPException(400, f"note: {exc}") from None
+    return redact_text(note.strip()) if note and note.strip() else None
 
 
 def find_approval(store: Store, approval_id: str) -> Approval:
@@ -160,12 +182,19 @@ def pause_act(
     return done, req, msg
 
 
-def act(ctx: WebContext, request: Request, run_id: str, how: str) -> tuple[RunRecord, str]:
+def act(
+    ctx: WebContext, request: Request, run_id: str, how: str, note: str | None = None
+) -> tuple[RunRecord, str]:
     """Cancel, pause, unpause or resume a run as the signed-in person; the event log keeps
     who and when (``cancel_requested`` / ``pause_requested`` / ``resume_requested``, beside
-    the engine's own)."""
+    the engine's own). ``note``: why (a pause's, on its request, as ``Runtime.pause`` keeps
+    it; a cancel's or resume's, on its ``*_requested`` event). The request (the action, the
+    note) is checked before the run: a mistake is 400 whatever state the run is in."""
+    if how not in RUN_ACTIONS:
+        raise HTTPException(400, f"unknown action {how!r}: one of {', '.join(RUN_ACTIONS)}")
+    note = person_note(note)
     if how in ("pause", "unpause"):
-        done, _req, msg = pause_act(ctx, request, run_id, how)
+        done, _req, msg = pause_act(ctx, request, run_id, how, note)
         return done, msg
     store, auth = ctx.store, ctx.auth
     try:
@@ -181,7 +210,7 @@ def act(ctx: WebContext, request: Request, run_id: str, how: str) -> tuple[RunRe
             operate(store, by, "resume", f"run {rec.run_id}", origin=where)
         except LoopwrightError as exc:
             raise http_error(exc) from exc
-    who = {"by": by}
+    who = {"by": by, **({"note": note} if note else {})}
     if how == "cancel":
         # The request is written only when it may be made: a refused cancel leaves the run's
         # log as it was, and is audited once, by the engine (below), as every refusal is.
@@ -197,14 +226,13 @@ def act(ctx: WebContext, request: Request, run_id: str, how: str) -> tuple[RunRe
             raise http_error(exc) from exc
         said = "cancelled" if done.status == "cancelled" else "cancellation requested"
         return done, f"{said} by {by}"
-    if how == "resume":
-        parked = rec.status == "awaiting_approval"
-        pending = store.approvals(run_id=rec.run_id, status="pending") if parked else []
-        if pending:
-            raise HTTPException(409, waits_on(pending))
-        store.append_events(rec.run_id, [NewEvent(rec.cycle, "resume_requested", who)])
-        return rec, f"resume requested by {by}: {ctx.resume_later(rec.run_id)}"
-    raise HTTPException(400, f"unknown action {how!r}")
+    # resume
+    parked = rec.status == "awaiting_approval"
+    pending = store.approvals(run_id=rec.run_id, status="pending") if parked else []
+    if pending:
+        raise HTTPException(409, waits_on(pending))
+    store.append_events(rec.run_id, [NewEvent(rec.cycle, "resume_requested", who)])
+    return rec, f"resume requested by {by}: {ctx.resume_later(rec.run_id)}"
 
 
 def edit_part(
