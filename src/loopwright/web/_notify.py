@@ -33,6 +33,7 @@ from urllib.parse import quote, urlsplit
 from .._contract import TERMINAL_STATUSES
 from .._errors import ConfigError, LoopwrightError
 from .._packet import run_stop_cause
+from .._redact import redact
 from .._redact_logs import masked_logger
 from ..store import Approval, NewEvent, RunRecord, Store
 from ..store._live import NOTIFIED
@@ -494,8 +495,10 @@ class Notifier:
         self.store.append_events(job.run_id, [NewEvent(job.cycle, MARKER, data)])
 
     def _send(self, t: _Target, key: str, event: str, payload: dict[str, Any]) -> int:
-        """POST ``payload`` to ``t`` with retries: the attempts it took, 0 when it failed."""
-        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+        """POST ``payload`` to ``t`` with retries: the attempts it took, 0 when it failed.
+        The body is masked as an export is (invariant 9): it quotes names the store keeps as
+        typed (a task key, a loop's, a project's) and leaves for a chat's readers."""
+        body = json.dumps(redact(payload), ensure_ascii=False, separators=(",", ":")).encode()
         cfg = self.config
         error = ""
         for attempt in range(1, cfg.attempts + 1):
