@@ -33,8 +33,9 @@ from urllib.parse import quote, urlsplit
 from .._contract import TERMINAL_STATUSES
 from .._errors import ConfigError, LoopwrightError
 from .._packet import run_stop_cause
-from .._redact import redact
+from .._redact import redact, register_secret
 from .._redact_logs import masked_logger
+from .._userinfo import without_userinfo
 from ..store import Approval, NewEvent, RunRecord, Store
 from ..store._live import NOTIFIED
 from ._feed import Change
@@ -343,6 +344,12 @@ class Notifier:
         self.store = store
         self.config = config
         self._post = post
+        # The URLs' credentials and the signing secret masked from now on, not from the
+        # first post (``without_userinfo`` registers them then): what this process masks
+        # does not depend on whether a run has ended yet
+        for u in config.urls:
+            without_userinfo(u)
+        register_secret(config.secret)
         self._targets = [_Target(u) for u in config.urls]
         self._stop = threading.Event()
         self.delivered = 0  # counters for tests and the log
