@@ -338,11 +338,21 @@ def held_out_in(item: MemoryItem) -> str | None:
     return None
 
 
+class _Screened(dict[str, Any]):
+    """A row ``FeedbackMemory.add`` has just screened (masked, no held-out marker):
+    ``screened_row`` passes it as it is. Any other mapping given to ``Store.memory_add`` is
+    screened there (stop 53: ``add`` and the store each masked the text, rule and source, and a
+    reflection's text was masked four times on its way in)."""
+
+
 def screened_row(item: Mapping[str, Any]) -> dict[str, Any]:
     """``item`` (``MemoryItem.to_dict()``'s keys) as a store keeps it: ``add``'s screens run
     again in ``Store.memory_add``, which a caller may call straight, so no path into the store
     keeps a secret (invariant 9: its text, rule and source masked) or a held-out marker
-    (invariant 3: ``ConfigError`` naming where). What ``add`` screened comes through as it is."""
+    (invariant 3: ``ConfigError`` naming where). A row ``add`` screened itself
+    (``_Screened``) comes through as it is, not screened a second time."""
+    if type(item) is _Screened:
+        return item
     row = dict(item)
     text = row.get("text")
     if isinstance(text, str):
@@ -391,6 +401,32 @@ class FeedbackMemory:
         ``global`` item is always a ``candidate`` until a person ``confirm``\\ s it.
 
         Raises ``ConfigError`` naming the field at fault."""
+        return self._add(
+            scope=scope,
+            scope_key=scope_key,
+            signal=signal,
+            text=text,
+            rule=rule,
+            source=source,
+            by=by,
+            strength=strength,
+        )
+
+    def _add(
+        self,
+        *,
+        scope: Scope,
+        scope_key: str = "",
+        signal: Signal,
+        text: str,
+        rule: Mapping[str, Any] | None = None,
+        source: Mapping[str, Any] | None = None,
+        by: str,
+        strength: float | None = None,
+        masked: bool = False,
+    ) -> MemoryItem:
+        """``add``; ``masked``: ``text`` is ``redact_text`` of the stripped text already
+        (``reflect`` masked it to compare it with the kept notes)."""
         check_choice(scope, MEMORY_SCOPES, "scope")
         check_choice(signal, MEMORY_SIGNALS, "signal")
         if not isinstance(scope_key, str):
@@ -414,7 +450,7 @@ class FeedbackMemory:
         check_text(text, field="text")
         # Invariant 9: feedback is stored, indexed and shown to later actors; a secret in it
         # (a correction quoting a key, a reflection echoing one) is masked first.
-        text = redact_text(text.strip())
+        text = text.strip() if masked else redact_text(text.strip())
         rule_obj = redact(_check_json(rule, "rule"))
         _no_held_out(rule_obj, "rule")
         if not text and not rule_obj:
@@ -452,7 +488,7 @@ class FeedbackMemory:
             created_at=now,
             updated_at=now,
         )
-        self.store.memory_add(item.to_dict())
+        self.store.memory_add(_Screened(item.to_dict()))  # (screened above: not again)
         return item
 
     def reflect(
@@ -474,17 +510,22 @@ class FeedbackMemory:
             for r in self.store.memory_query(scopes=[("task", task_key)], status="active")
             if r["signal"] == "reflection" and r["by"] == REFLECTOR
         ]  # newest first; at most ``keep`` once this has run
-        norm = normalise_text(redact_text(text))  # as ``add`` would store it
+        if not isinstance(text, str):
+            raise ConfigError("must be a string", field="text")
+        check_text(text, field="text")
+        masked = redact_text(text.strip())  # as ``add`` stores it: masked once, for both
+        norm = normalise_text(masked)
         for r in mine:
             if normalise_text(r["text"]) == norm:
                 return MemoryItem.from_dict(r), False
-        item = self.add(
+        item = self._add(
             scope="task",
             scope_key=task_key,
             signal="reflection",
-            text=text,
+            text=masked,
             source=source,
             by=REFLECTOR,
+            masked=True,
         )
         for r in mine[keep - 1 :]:
             self.store.memory_set_status(
