@@ -345,6 +345,13 @@ class _Screened(dict[str, Any]):
     reflection's text was masked four times on its way in)."""
 
 
+class _Masked(str):
+    """A text ``reflect`` has just masked (``redact_text`` of it stripped): ``add`` stores it
+    as it is. Any other text given to ``add`` is masked there."""
+
+    __slots__ = ()
+
+
 def screened_row(item: Mapping[str, Any]) -> dict[str, Any]:
     """``item`` (``MemoryItem.to_dict()``'s keys) as a store keeps it: ``add``'s screens run
     again in ``Store.memory_add``, which a caller may call straight, so no path into the store
@@ -401,32 +408,6 @@ class FeedbackMemory:
         ``global`` item is always a ``candidate`` until a person ``confirm``\\ s it.
 
         Raises ``ConfigError`` naming the field at fault."""
-        return self._add(
-            scope=scope,
-            scope_key=scope_key,
-            signal=signal,
-            text=text,
-            rule=rule,
-            source=source,
-            by=by,
-            strength=strength,
-        )
-
-    def _add(
-        self,
-        *,
-        scope: Scope,
-        scope_key: str = "",
-        signal: Signal,
-        text: str,
-        rule: Mapping[str, Any] | None = None,
-        source: Mapping[str, Any] | None = None,
-        by: str,
-        strength: float | None = None,
-        masked: bool = False,
-    ) -> MemoryItem:
-        """``add``; ``masked``: ``text`` is ``redact_text`` of the stripped text already
-        (``reflect`` masked it to compare it with the kept notes)."""
         check_choice(scope, MEMORY_SCOPES, "scope")
         check_choice(signal, MEMORY_SIGNALS, "signal")
         if not isinstance(scope_key, str):
@@ -450,7 +431,8 @@ class FeedbackMemory:
         check_text(text, field="text")
         # Invariant 9: feedback is stored, indexed and shown to later actors; a secret in it
         # (a correction quoting a key, a reflection echoing one) is masked first.
-        text = text.strip() if masked else redact_text(text.strip())
+        # (a text ``reflect`` masked already, to compare it with the kept notes: not again)
+        text = text.strip() if type(text) is _Masked else redact_text(text.strip())
         rule_obj = redact(_check_json(rule, "rule"))
         _no_held_out(rule_obj, "rule")
         if not text and not rule_obj:
@@ -518,14 +500,13 @@ class FeedbackMemory:
         for r in mine:
             if normalise_text(r["text"]) == norm:
                 return MemoryItem.from_dict(r), False
-        item = self._add(
+        item = self.add(
             scope="task",
             scope_key=task_key,
             signal="reflection",
-            text=masked,
+            text=_Masked(masked),
             source=source,
             by=REFLECTOR,
-            masked=True,
         )
         for r in mine[keep - 1 :]:
             self.store.memory_set_status(

@@ -277,12 +277,12 @@ def test_a_failing_memory_store_never_fails_a_run(
 ) -> None:
     import sqlite3
 
-    def broken(*args: Any, **kw: Any) -> Any:
+    def broken(**kw: Any) -> Any:
         raise sqlite3.OperationalError("database is locked")
 
     monkeypatch.setattr(rt.store, "memory_search", broken)
     monkeypatch.setattr(rt.store, "memory_recall", broken)
-    monkeypatch.setattr(rt.store, "memory_add", broken)  # (``reflect`` calls no ``add``)
+    monkeypatch.setattr(rt.memory, "add", broken)
     r = rt.run_sync(make_loop(Recorder(), reflector=lambda c, v: "note"), task("f-1", "P"))
     assert r.status == "accepted"
     kinds = [e.kind for e in rt.store.events(r.run_id)]
