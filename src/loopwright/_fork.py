@@ -39,7 +39,7 @@ from ._keys import check_declared_name, check_key, check_unpadded, fit_key
 from ._loop import Loop, check_loop, declared_names, other_loop
 from ._people import _printable_note, retire_failures
 from ._proposal import Proposal
-from ._redact import redact
+from ._redact import redact, redact_registered
 from ._state import TaskState, same_value, split_ref
 from ._state_codec import head, unwritten_versions
 from .store import JournalEntry, NewEvent, RunRecord, Store
@@ -264,7 +264,10 @@ class Forking(RuntimeHost):
         if not isinstance(by, str) or not by.strip():
             raise ConfigError("say who edits (a name)", field="by")
         artifact, name = split_ref(ref)
-        check_value(value, field="value")  # what the person gave is what is stored
+        check_value(value, field="value")  # what the person gave is what is stored...
+        # ...but for the process's own API keys (``register_secret``), masked as an actor's
+        # edit is (``Proposal.unregistered``): a key pasted into the work is not stored either
+        value = redact_registered(value)
         check_given_text(note, field="note")
         # held to a decision's and a pause's rule (an escape or a bidirectional control went
         # into the append-only log, the run's notes and the actor's next context as typed)
