@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import secrets
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -75,6 +74,8 @@ _SYSTEM = frozenset({"loopwright", EARNED_BY})
 
 def new_token() -> str:
     """A fresh token: 256 random bits, prefixed so a leaked one is recognisable."""
+    import secrets  # (adding a person only: not at every engine's import, suite53)
+
     return "lw_" + secrets.token_urlsafe(32)
 
 
