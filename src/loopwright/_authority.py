@@ -26,16 +26,18 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._audit import audit, audit_of, audit_once
 from ._errors import ApprovalError, ConfigError, NotPermittedError, RunNotFoundError
 from ._json import check_given_text
 from ._keys import unprintable
-from ._loop import Loop
 from ._policy import ROLE_NAME
 from .store import Approval, RunRecord, Store, UserRecord
 from .store._people import PeopleStore, person_key
+
+if TYPE_CHECKING:  # (the CLI's people commands import this module, not the engine)
+    from ._loop import Loop
 
 __all__ = [
     "BUILTIN_ROLES",

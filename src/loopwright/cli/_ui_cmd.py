@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .._authority import check_person
 from .._errors import ConfigError
 from ._app import StoreOpt, app
 from ._notify_opts import NotifyEndsOpt, NotifyOpt, NotifySecretOpt, notify_config, notify_line
@@ -134,6 +133,8 @@ def ui(
     token = os.environ.get("LOOPWRIGHT_UI_TOKEN") or secrets.token_urlsafe(24)
     check_token(token, "$LOOPWRIGHT_UI_TOKEN")
     name = identity or os.environ.get("LOOPWRIGHT_UI_IDENTITY") or "operator"
+    from .._authority import check_person  # (not at the CLI's start-up)
+
     check_person(name, field="--as" if identity else "$LOOPWRIGHT_UI_IDENTITY")
     private = not _is_loopback(host)
     names = [host, *(allow_host or [])]
