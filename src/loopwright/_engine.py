@@ -55,7 +55,6 @@ from ._result import (
     _Read,  # noqa: F401  (results pickled before it moved name it here)
 )
 from ._resume_ready import Resuming, crash_bound, crash_cause, crashes_at
-from ._reversal import Reparked, run_compensations
 from ._run_create import Creating
 from ._store_folder import missing_schema_error, missing_store_folder
 from ._store_threads import in_store_thread
@@ -566,6 +565,8 @@ class Runtime(
         # _settle_pending): asked once its commits are durable, at the first cycle boundary.
         owed = False
         if pend.get("stage") == "compensations":
+            from ._reversal import Reparked, run_compensations  # (rare: not at import)
+
             notes = await run_compensations(self.store, ex, pend)
             if isinstance(notes, Reparked):
                 # a refund other runs' acceptance stands on: a person decides, told of them

@@ -16,7 +16,6 @@ one (``_edit_check``), or, for a run parked on a request, the decided cycle judg
 from __future__ import annotations
 
 import contextlib
-import difflib
 import json
 import re
 import uuid
@@ -502,6 +501,8 @@ def what_changed(old: Any, new: Any) -> list[str]:
     if isinstance(old, str) and isinstance(new, str):
         if "<svg" in old and "<svg" in new:
             return _svg_changes(old, new)
+        import difflib  # (a person's edit of a text: not at import, suite53)
+
         a, b = old.splitlines(), new.splitlines()
         out = []
         for tag, i1, i2, _j1, _j2 in difflib.SequenceMatcher(a=a, b=b).get_opcodes():
@@ -531,6 +532,8 @@ def _diff(old: Any, new: Any) -> str:
     def lines(v: Any) -> list[str]:
         text = v if isinstance(v, str) else json.dumps(v, indent=1, sort_keys=True, default=str)
         return text.splitlines()
+
+    import difflib
 
     out = "\n".join(
         difflib.unified_diff(lines(old), lines(new), "before", "after", lineterm="", n=1)

@@ -33,7 +33,6 @@ from ._loop import Loop, check_loop
 from ._question import Question
 from ._redact import redact, redact_text
 from ._redact_logs import masked_logger
-from ._reversal import offer_compensations
 from ._state import TaskState, edits_dropped, said_dropped
 from .store import Approval, Checkpoint, ClosedApproval, NewEvent, RunRecord, Store
 from .store._records import PAUSE, past_expiry
@@ -352,6 +351,8 @@ class Decisions(RuntimeHost):
         )
         ex.state.pending = None
         loop = None if ex.loop is _NO_LOOP else ex.loop
+        from ._reversal import offer_compensations  # (not at the engine's import)
+
         pend, reqs = offer_compensations(
             self.store,
             ex.run_id,
@@ -503,6 +504,8 @@ class Decisions(RuntimeHost):
             {"kind": "rollback", "to_cycle": to_cycle, "from_cycle": cur.cycle, "by": by}
             | ({"edits_dropped": dropped} if dropped else {})
         )
+        from ._reversal import offer_compensations  # (not at the engine's import)
+
         pend, reqs = offer_compensations(
             self.store,
             rec.run_id,

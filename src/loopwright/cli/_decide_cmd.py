@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from .._errors import ConfigError
-from .._reuse_now import as_now
 from ._app import (
     APPROVALS_SHOWN,
     ByOpt,
@@ -57,6 +56,8 @@ def approvals(
     # of a store where thousands wait. --limit 0 for every one.
     shown = APPROVALS_SHOWN if limit is None else limit
     status = None if all_ else "pending"
+    from .._reuse_now import as_now  # (the store's modules: not at the CLI's start-up)
+
     with open_existing(store) as st:
         if shown:
             reqs = st.page_approvals(status=status, limit=shown + 1)

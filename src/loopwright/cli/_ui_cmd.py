@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .._authority import check_person
 from .._errors import ConfigError
 from .._redact_logs import mask
 from ._app import StoreOpt, app
@@ -136,6 +135,8 @@ def ui(
     token = os.environ.get("LOOPWRIGHT_UI_TOKEN") or secrets.token_urlsafe(24)
     check_token(token, "$LOOPWRIGHT_UI_TOKEN")
     name = identity or os.environ.get("LOOPWRIGHT_UI_IDENTITY") or "operator"
+    from .._authority import check_person  # (not at the CLI's start-up)
+
     check_person(name, field="--as" if identity else "$LOOPWRIGHT_UI_IDENTITY")
     private = not _is_loopback(host)
     names = [host, *(allow_host or [])]
