@@ -23,9 +23,8 @@ from ._memory import RECALL_RANKED
 from ._recall import RECALL_LIMIT, recall_searches
 from ._store_threads import in_store_thread
 from .store import CommitRequest, Store
-from .store._protocol_commit import after_failed
+from .store._protocol_commit import RunBusy, after_failed
 from .store._records import MemoryFound, MemoryRecall
-from .store._rows import RunBusy
 
 __all__ = ["GroupCommitter", "GroupRecall"]
 

@@ -455,7 +455,7 @@ def test_a_batch_skips_a_run_whose_row_another_session_holds(
     import psycopg
     from psycopg import sql
 
-    from loopwright.store._rows import RunBusy
+    from loopwright.store._protocol_commit import RunBusy
 
     base, schema = pg_schema
     a, b = _two_runs(pg_url)

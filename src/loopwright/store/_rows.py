@@ -12,6 +12,9 @@ from typing import Any
 
 from .._errors import StaleLeaseError, StoreError
 from .._record_codec import pack as pack_record
+from ._protocol_commit import (
+    RunBusy,  # (the commit protocol's: the engine's group committer catches it)
+)
 from ._records import Approval, CommitRequest, NewApproval, NewEvent, VersionRow
 
 Row = tuple[Any, ...]
@@ -46,14 +49,6 @@ class BatchRefused(Exception):
     """The database refused a value of a one-pass ``commit_many`` (a duplicate key, a number
     out of range...): nothing of the batch was written, and it is retried commit by commit so
     that the refusal is only its own run's. Never raised out of ``commit_many``."""
-
-
-class RunBusy(StoreError):
-    """A commit of ``commit_many`` left out of its batch: its run's row is held locked by
-    another session (PostgreSQL: a ``cancel``, the dashboard, a person in ``psql`` inside a
-    transaction), so nothing of it was written; the others of the batch were. The group
-    committer writes it again alone, waiting on the lock there while the other runs go on
-    (evloop53). Only a batch of several runs leaves one out: a lone commit waits."""
 
 
 # ``_fence_batch``'s token for a run whose row another session holds locked (``RunBusy``).

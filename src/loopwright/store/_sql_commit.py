@@ -12,12 +12,11 @@ from .._errors import (
     StoreError,
 )
 from .._record_codec import referred_versions
-from ._protocol_commit import after_failed
+from ._protocol_commit import RunBusy, after_failed
 from ._records import CommitRequest, NewApproval, NewEvent, VersionRow
 from ._rows import (
     BUSY_TOKEN,
     BatchRefused,
-    RunBusy,
     approval_row,
     batch_rows,
     checkpoint_row,
