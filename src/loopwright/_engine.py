@@ -57,6 +57,7 @@ from ._result import (
 from ._resume_ready import Resuming, crash_bound, crash_cause, crashes_at
 from ._reversal import Reparked, run_compensations
 from ._run_create import Creating
+from ._settle import Settling
 from ._store_folder import missing_schema_error, missing_store_folder
 from ._store_threads import in_store_thread
 from ._task_parts import say_ignored
@@ -85,6 +86,7 @@ class Runtime(
     Forking,
     Decisions,
     Pausing,
+    Settling,
 ):
     """Runs loops durably against a store.
 
