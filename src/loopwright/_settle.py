@@ -26,9 +26,9 @@ from ._host import RuntimeHost
 from ._json import check_given_text
 from ._people import _printable_note
 from ._redact import redact, redact_text
-from .store import JournalEntry, NewEvent
+from .store import JournalEntry, NewEvent, Store
 
-__all__ = ["Settling"]
+__all__ = ["Settling", "settle_hint"]
 
 
 class Settling(RuntimeHost):
@@ -168,3 +168,16 @@ class Settling(RuntimeHost):
                 field="key",
             )
         return entry
+
+
+def settle_hint(store: Store, run_id: str, key: str) -> str:
+    """What an escalation's cause adds for the run's own effect ``key`` left in doubt: how a
+    person who checked says what happened (``""`` for any other stop: a failure, or a doubt
+    about another run's action)."""
+    found = store.journal(run_id, key=f"effect:{key}")
+    if not found or found[0].status != "in_doubt" or found[0].data.get("from_run"):
+        return ""
+    return (
+        f"; once checked, settle it: `loopwright settle {run_id[:12]} {key} --done --result "
+        "JSON` (or `--not-done`), then roll the run back and resume it"
+    )

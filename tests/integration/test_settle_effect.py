@@ -18,7 +18,8 @@ from loopwright.cli import main
 
 def _doubted(rt: lw.Runtime, charges: list[str]) -> str:
     a = rt.run_sync(_paying(charges, ValueError), TASK, task_key="A")
-    assert a.status == "escalated"
+    assert a.status == "escalated" and a.packet is not None
+    assert f"loopwright settle {a.run_id[:12]} pay:I6 --done" in a.packet["cause"]
     [entry] = rt.store.journal(a.run_id, kind="effect")
     assert entry.status == "in_doubt"
     return a.run_id
@@ -71,6 +72,12 @@ def test_only_an_effect_in_doubt_is_settled(url: str) -> None:
             rt.settle_effect(run_id, "nope", done=True, by="ops")
         with pytest.raises(lw.ConfigError, match="who checked"):
             rt.settle_effect(run_id, "pay:I6", done=True, by=" ")
+        # another run asking for the action is in doubt about this run's: not its to settle
+        b = rt.run_sync(_paying(charges, None), TASK, task_key="B")
+        assert b.status == "escalated" and b.packet is not None
+        assert "loopwright settle" not in b.packet["cause"]
+        with pytest.raises(lw.ConfigError, match=f"about run {run_id}'s action"):
+            rt.settle_effect(b.run_id, "pay:I6", done=True, by="ops")
 
 
 def test_loopwright_settle(url: str, capsys: pytest.CaptureFixture[str]) -> None:
