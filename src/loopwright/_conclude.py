@@ -28,6 +28,7 @@ from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict
 from ._question import Question
 from ._record_codec import packed_record, packed_usage
+from ._settle import settle_hint
 from ._state import Finding, TaskState, person_edit
 from ._usage import MAX_RUN_TOKENS, MAX_TOKENS, Usage
 from .store import NewEvent
@@ -178,7 +179,9 @@ class Concluding(RuntimeHost):
                     ex.state.spent = ex.state.spent + u
                 stop: tuple[str, str] | None = None
                 if outcome.status != "done":
-                    stop = ("escalated", outcome.cause)
+                    # (one left in doubt says how a person settles it: effects53b)
+                    hint = settle_hint(self.store, ex.run_id, outcome.key)
+                    stop = ("escalated", outcome.cause + hint)
                 elif i + 1 < len(calls):
                     rest = [x.name for x in calls[i + 1 :]]
                     nxt = _effect(ex.loop, calls[i + 1])

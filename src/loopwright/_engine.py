@@ -56,6 +56,7 @@ from ._result import (
 )
 from ._resume_ready import Resuming, crash_bound, crash_cause, crashes_at
 from ._run_create import Creating
+from ._settle import Settling
 from ._store_folder import missing_schema_error, missing_store_folder
 from ._store_threads import in_store_thread
 from ._task_parts import say_ignored
@@ -84,6 +85,7 @@ class Runtime(
     Forking,
     Decisions,
     Pausing,
+    Settling,
 ):
     """Runs loops durably against a store.
 

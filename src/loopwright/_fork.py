@@ -32,6 +32,7 @@ from ._edit_check import mark_edited, replaced_version, unjudged, warn_unjudged
 from ._errors import ConfigError, ConflictError
 from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
+from ._fork_effects import warn_fork_effects
 from ._host import RuntimeHost
 from ._json import check_given_text, check_value
 from ._keys import check_declared_name, check_key, check_unpadded, fit_key
@@ -66,7 +67,10 @@ class Forking(RuntimeHost):
         linked to it (``forked_from``/``forked_at``). ``contract`` (else ``loop``'s, else the
         origin's) governs it; ``loop`` names its loop (else the origin's). Run it with
         ``resume``. The origin is not changed. ``by``: who forks it (an operator, in a store
-        with users; they are the new run's requester)."""
+        with users; they are the new run's requester). The origin's effects up to the cycle
+        are inherited, never done again; those after it with a run-scoped key (no ``key=``)
+        are done again if the fork's cycles ask for them: a warning on the
+        ``loopwright.runs`` logger names them."""
         given = check_key(task_key) if task_key is not None else None
         check_loop(loop, optional=True)
         if contract is not None and not isinstance(contract, Contract):
@@ -100,6 +104,10 @@ class Forking(RuntimeHost):
             run=new.run_id,
             contract_changed=changed,
         )
+        if origin != "cli":  # (the CLI says it itself, with what is inherited)
+            # the origin's effects after the point with run-scoped keys: done again by the
+            # fork if its cycles ask for them (effects53b: nothing said so)
+            warn_fork_effects(self.store, rec.run_id, at_cycle, new.run_id)
         return new
 
     def _fork(

@@ -33,6 +33,23 @@ from .store import NewEvent, Store
 __all__ = ["Gates"]
 
 
+def _whose(s: TaskState, protected: list[str]) -> str:
+    """The accepted versions an overwrite replaces, each with who wrote it: "rita's accepted
+    doc/a (v2, a person's edit)", or "accepted doc/b (v3)" for one the loop's checks accepted
+    (effects53b: the approver was not told the version about to go was a person's)."""
+    named = []
+    for ref in protected:
+        edit = person_edit(s, ref)
+        if edit is not None:
+            named.append(
+                f"{edit.get('by')}'s accepted {ref} (v{edit.get('version')}, a person's edit)"
+            )
+        else:
+            part = s.part(ref)
+            named.append(f"accepted {ref}" + (f" (v{part.count})" if part is not None else ""))
+    return ", ".join(named)
+
+
 class Gates(RuntimeHost):
     """The approval and risk checks of a cycle (the base of ``Cycle``)."""
 
@@ -66,7 +83,7 @@ class Gates(RuntimeHost):
                         "kind": "overwrite_accepted",
                         "rule": ow.rule,
                         "why": ow.why,
-                        "what": f"overwrite accepted {', '.join(protected)}",
+                        "what": f"overwrite {_whose(ex.state, protected)}",
                         "expires_after_s": ow.expires_after_s,
                         # who may decide: the rule's role, approvers and separation (left out,
                         # one person without the role approved a four-eyes overwrite)

@@ -296,6 +296,19 @@ def test_an_overwrite_of_accepted_work_is_decided_by_whom_its_rule_names(url: st
         assert rt.resume_sync(r.run_id, loop).state.values()["doc"]["a"] == "the loop's"
 
 
+def test_an_overwrite_request_names_whose_version_it_replaces(url: str) -> None:
+    # effects53b: the request said "overwrite accepted doc/a (cycle 3: edit of doc/a)", and
+    # the approver was not told the version about to go was rita's own edit.
+    loop = overwriting(lw.PolicyRule(kind="overwrite_accepted", action="require"))
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "a0"}}}, task_key="w")
+        rt.edit(r.run_id, "doc/a", "rita's", by="rita")
+        r = rt.resume_sync(r.run_id, loop)
+        req = rt.pending_approval(r.run_id)
+        assert req.kind == "overwrite_accepted"
+        assert "overwrite rita's accepted doc/a (v3, a person's edit)" in req.what, req.what
+
+
 def test_a_payment_approved_before_a_deny_rule_was_added_is_not_run(url: str) -> None:
     # From an outside probe (probe42a): the policy changed while the request waited (a rule
     # now denies such payments); resuming the approved cycle paid anyway.

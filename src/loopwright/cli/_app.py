@@ -98,6 +98,7 @@ _ELSEWHERE = {
     "export": "_observe",
     "replay": "_replay_cmd",
     "rollback": "_decide_cmd",
+    "settle": "_decide_cmd",
     "ui": "_ui_cmd",
     "users": "_people_cmd",
     "worker": "_worker_cmd",

@@ -1,5 +1,5 @@
 """``loopwright approvals``, ``approve``, ``deny``, ``answer``, ``cancel``, ``pause``,
-``unpause`` and ``rollback``:
+``unpause``, ``rollback`` and ``settle``:
 what waits for a person, and a person's decisions on a run (docs/permissions.md says who may).
 """
 
@@ -482,3 +482,63 @@ def rollback(
     _print_reversal(rec.run_id, reversal, done, "Runtime.rollback(run, N, by=..., loop=...)", me)
     if rec.status != "awaiting_approval":
         say(continue_hint(rec))
+
+
+@app.command(short_help="Say whether an effect left in doubt happened (after checking).")
+def settle(
+    run_id: RunArg,
+    key: Annotated[
+        str,
+        typer.Argument(
+            metavar="KEY", help="The effect's key as the packet names it (or its name)."
+        ),
+    ],
+    done: Annotated[
+        bool | None,
+        typer.Option(
+            "--done/--not-done",
+            help="It happened (recorded with --result) / it did not (its key kept for a redo).",
+        ),
+    ] = None,
+    result: Annotated[
+        str | None,
+        typer.Option("--result", metavar="JSON", help="What it returned (--done; JSON)."),
+    ] = None,
+    by: ByOpt = None,
+    note: NoteOpt = None,
+    store: StoreOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Settle an effect of RUN left in doubt (a crash inside it, or a failure after it may
+    have acted): --done records it done with --result (another run asking for the action, or
+    a rollback's redo, reuses it); --not-done records it failed with its key kept (a redo runs
+    it again). Then roll the run back to before its cycle and resume it."""
+    from .._engine import Runtime
+    from .._json import strict_loads
+    from ._people_cmd import acting_as
+    from ._render import say
+
+    if done is None:
+        raise ConfigError("say what the outside world shows: --done or --not-done", field="KEY")
+    if result is not None and not done:
+        raise ConfigError("a result is for --done only", field="--result")
+    value: Any = None
+    if result is not None:
+        try:
+            value = strict_loads(result)
+        except ValueError as exc:
+            raise ConfigError(f"is not JSON ({exc})", field="--result") from None
+    with Runtime(existing_store(store)) as rt:
+        rec = rt.store.get_run(run_id)
+        who = acting_as(rt.store, by, token, action="settle_effect", target=f"run {rec.run_id}")
+        with as_options(by="--by", note="--note", key="KEY", done="--done"):
+            got = rt.settle_effect(
+                rec.run_id, key, done=done, by=who, note=note, result=value, origin="cli"
+            )
+    name, ikey = got.data.get("name"), got.key.removeprefix("effect:")
+    say(
+        f"settled {name} ({ikey}) as {'done' if done else 'not done'} for run "
+        f"{rec.run_id[:12]} by {who}; to go on, roll the run back to before cycle {got.cycle} "
+        f"(`loopwright rollback {rec.run_id[:12]} --to-cycle {max(got.cycle - 1, 0)}`) and "
+        "resume it"
+    )

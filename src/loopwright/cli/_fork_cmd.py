@@ -47,11 +47,13 @@ def fork(
     token: TokenOpt = None,
 ) -> None:
     """Fork RUN at a cycle: a new run whose state is RUN's after that cycle (accepted parts stay
-    accepted), linked to it. Effects RUN did up to that cycle are inherited, never done again.
-    Run it with `loopwright resume`."""
+    accepted), linked to it. Effects RUN did up to that cycle are inherited, never done again;
+    those it did after it with a run-scoped key (no key=) are done again if the fork's cycles
+    ask for them (named on stderr). Run it with `loopwright resume`."""
     from .._compare import contract_changes, merge_contract
     from .._contract import contract_from_snapshot
     from .._engine import Runtime
+    from .._fork_effects import effects_text, fork_effects
     from .._loop import other_loop
     from .._spec import load_spec
     from ..replay._report import contract_tables
@@ -96,12 +98,18 @@ def fork(
         # what the fork was given, as stored (a spend-only contract with its default ceiling)
         changed = contract_changes(rec.contract, new.contract)
         at_once = stops_at_once(rt.store, new)
+        kept, again = fork_effects(rt.store, rec.run_id, at_cycle)
+        effects = effects_text(kept, again, at_cycle)
     say(
         f"forked run {rec.run_id[:12]} at cycle {at_cycle}: new run {new.run_id[:12]} "
         f"(task key {new.task_key})"
     )
     said = "; ".join(f"{k} {v['from']!r} -> {v['to']!r}" for k, v in changed.items())
     say(f"contract: {said or 'unchanged'}")
+    if effects is not None:
+        # what the fork inherits, and what it may pay again (effects53b: a fork reaching the
+        # cycle of a payment with a run-scoped key paid again, and nothing said so)
+        say(f"{'warning' if again else 'note'}: {effects}", stderr=bool(again))
     say(continue_hint(new, "run it"))
     if at_once is not None:
         say(at_once, stderr=True)

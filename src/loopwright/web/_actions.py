@@ -20,6 +20,7 @@ from .._compare import contract_changes, merge_contract
 from .._contract import TERMINAL_STATUSES, contract_from_snapshot, refuse_engine_marks
 from .._engine import Runtime
 from .._errors import ConfigError, LoopwrightError, RunNotFoundError
+from .._fork_effects import effect_names, fork_effects, fork_effects_text
 from .._keys import check_key
 from .._people import rollback_dropped
 from .._spec import loop_of_run
@@ -196,6 +197,8 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
             ) from exc
         said = ", ".join(f"{k} {v['from']} → {v['to']}" for k, v in changed.items()) or "same"
         msg = f"rerun of {rec.run_id[:12]} from cycle {at_cycle} by {who} (contract: {said})"
+        if effects := fork_effects_text(store, rec.run_id, at_cycle):
+            msg += f"; {effects}"  # (effects53b: what it inherits, and what it may do again)
         if start:
             msg += f"; {deps.resume_later(new.run_id)}"
         else:
@@ -231,6 +234,10 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
             # a person's pause: lifted (Unpause on the run's page), never approved or denied
             paused=[a for a in pending if a.kind == PAUSE],
             waits_on=waits_on(pending) if pending else "",
+            # the effects a rerun from before their cycle does again (run-scoped keys)
+            again=effect_names(fork_effects(store, rec.run_id, 0, inherited=False)[1])
+            if action == "rerun"
+            else "",
         )
 
     @app.post("/runs/{run_id}/rollback", include_in_schema=False)

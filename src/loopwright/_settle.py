@@ -1,0 +1,183 @@
+"""A person settles an effect left in doubt (effects53b): ``Runtime.settle_effect``.
+
+An effect whose outcome is unknown (a crash inside the call, a transient error of one that is
+not idempotent, a keyless one that failed after it may have acted) is journaled ``in_doubt``:
+the run escalates, its business key stays held (another run asking for the action escalates),
+and nothing runs it again. Only the outside world knows what happened, and before this a
+person who had checked it had no way to say so: the key stayed held for good.
+
+Settled ``done``, the entry is recorded done with the result the person gives (the claim too:
+another run asking for the action reuses that result); settled not done, it is recorded
+``failed`` with its key kept (the claim freed: the next attempt, by another run or a
+rollback's redo, is handed the same key, which a provider that deduplicates answers with what
+it did if the person was wrong). The run is not reopened here: a rollback to before the
+effect's cycle redoes it, reusing the settled result or running the action again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._authority import audit, may_operate, refused
+from ._effect_keys import args_digest
+from ._effect_run import _jsonable
+from ._errors import ConfigError, ConflictError
+from ._host import RuntimeHost
+from ._json import check_given_text
+from ._people import _printable_note
+from ._redact import redact, redact_text
+from .store import JournalEntry, NewEvent, Store
+
+__all__ = ["Settling", "settle_hint"]
+
+
+class Settling(RuntimeHost):
+    """``settle_effect`` (mixed into ``Runtime``)."""
+
+    def settle_effect(
+        self,
+        run_id: str,
+        key: str,
+        *,
+        done: bool,
+        by: str,
+        note: str | None = None,
+        result: Any = None,
+        origin: str = "python",
+    ) -> JournalEntry:
+        """Record what a person found out about run ``run_id``'s effect in doubt ``key`` (its
+        key as the packet names it, the key it was handed, or the effect's name when only one
+        of that name is in doubt). ``done``: it happened, with ``result`` (recorded as an
+        effect's result is, secrets masked); a redo, or another run asking for the action,
+        reuses it. Not ``done``: it did not; it is recorded failed, its key kept for the next
+        attempt. Only an entry in doubt is settled (``ConfigError`` otherwise); ``by`` must
+        may operate (in a store with users); audited (``settle_effect``) and an
+        ``effect_settled`` event on the run. Returns the entry as written."""
+        if not isinstance(done, bool):
+            raise ConfigError("must be True or False", field="done")
+        if not isinstance(by, str) or not by.strip():
+            raise ConfigError("settling an effect needs the name of who checked it", field="by")
+        check_given_text(key, field="key")
+        if note is not None:
+            check_given_text(note, field="note")
+        rec = self.store.get_run(run_id)
+        on = f"run {rec.run_id}"
+        who = may_operate(self.store, by, "settle_effect", on, origin=origin)
+        try:
+            token = self._take_lease(rec.run_id)
+        except ConflictError:
+            busy = ConflictError(
+                f"run {rec.run_id} is executing elsewhere; let it stop (it escalates on an "
+                "effect in doubt) first"
+            )
+            refused(self.store, who, "settle_effect", on, origin=origin, why=busy)
+            raise busy from None
+        with self._holding(rec.run_id, token):
+            try:
+                entry = self._in_doubt_entry(rec.run_id, key)
+            except ConfigError as exc:
+                refused(self.store, who, "settle_effect", on, origin=origin, why=exc)
+                raise
+            ikey = entry.key.removeprefix("effect:")
+            settled: dict[str, Any] = {"by": by.strip(), "done": done}
+            if note:
+                settled["note"] = _printable_note(note)
+            # the doubt as it was (its cause, its error) kept beside what the person said
+            data = {k: v for k, v in entry.data.items() if k not in ("cause", "error")}
+            data["settled"] = settled
+            data["doubt"] = {k: entry.data[k] for k in ("cause", "error") if k in entry.data}
+            if done:
+                status = "done"
+                data["result"] = _jsonable(result)
+            else:
+                status = "failed"
+                data["cause"] = redact_text(
+                    f"{entry.data.get('name')} ({ikey}) was settled not done by {by.strip()}"
+                )
+                data.pop("spent", None)  # its key kept: the next attempt is handed the same
+            action = entry.data.get("action")
+            claim = (
+                (str(entry.data.get("kind")), str(action), args_digest(entry.data.get("args")))
+                if action is not None
+                else None
+            )
+            event = {"effect": entry.data.get("name"), "key": ikey, "status": status} | settled
+            written = self.store.journal_put(
+                rec.run_id,
+                token,
+                key=entry.key,
+                kind="effect",
+                cycle=entry.cycle,
+                status=status,
+                data=redact(data),
+                expect_status="in_doubt",
+                events=[NewEvent(entry.cycle, "effect_settled", redact(event))],
+                claim=claim,
+            )
+            audit(
+                self.store,
+                who,
+                "settle_effect",
+                on,
+                origin=origin,
+                key=ikey,
+                done=done,
+                note=settled.get("note"),
+            )
+        return written
+
+    def _in_doubt_entry(self, run_id: str, key: str) -> JournalEntry:
+        """The run's effect in doubt that ``key`` names, or a ``ConfigError`` saying why none
+        is (and which are in doubt)."""
+        doubts = [
+            e
+            for e in self.store.journal_where(run_id, kind="effect", statuses=("in_doubt",))
+            if not str(e.data.get("name", "")).endswith(".compensate")
+        ]
+        named = [
+            e
+            for e in doubts
+            if key in (e.key, e.key.removeprefix("effect:"), e.data.get("call_key"))
+        ] or [e for e in doubts if e.data.get("name") == key]
+        listed = ", ".join(
+            f"{e.data.get('name')} ({e.key.removeprefix('effect:')})" for e in doubts
+        )
+        if not named:
+            other = self.store.journal(run_id, key=f"effect:{key}")
+            why = f"is {other[0].status}, not in doubt" if other else "names no effect of the run"
+            if other and other[0].status == "intent":
+                # a crash's intent: the resume settles it as the effect declares (its hook,
+                # idempotent), or marks it in doubt
+                why += " yet (a crash left it started: resume the run first)"
+            raise ConfigError(
+                f"{key!r} {why}; in doubt: {listed or 'none'}",
+                field="key",
+            )
+        if len(named) > 1:
+            raise ConfigError(
+                f"{key!r} names {len(named)} effects in doubt; give one's key: {listed}",
+                field="key",
+            )
+        entry = named[0]
+        if entry.data.get("from_run"):
+            # in doubt about another run's claim (that run was doing or undoing it): the
+            # action is that run's to settle
+            raise ConfigError(
+                f"{key!r} is in doubt about run {entry.data['from_run']}'s action: settle it "
+                "on that run",
+                field="key",
+            )
+        return entry
+
+
+def settle_hint(store: Store, run_id: str, key: str) -> str:
+    """What an escalation's cause adds for the run's own effect ``key`` left in doubt: how a
+    person who checked says what happened (``""`` for any other stop: a failure, or a doubt
+    about another run's action)."""
+    found = store.journal(run_id, key=f"effect:{key}")
+    if not found or found[0].status != "in_doubt" or found[0].data.get("from_run"):
+        return ""
+    return (
+        f"; once checked, settle it: `loopwright settle {run_id[:12]} {key} --done --result "
+        "JSON` (or `--not-done`), then roll the run back and resume it"
+    )
