@@ -12,7 +12,6 @@ is the run's), but nothing said so: ``loopwright fork``, ``Runtime.fork`` (a war
 from __future__ import annotations
 
 from ._redact_logs import masked_logger
-from ._reversal import _is_compensation
 from .store import JournalEntry, Store
 
 __all__ = ["effect_names", "effects_text", "fork_effects", "fork_effects_text", "warn_fork_effects"]
@@ -32,6 +31,8 @@ def fork_effects(
     another's). ``inherited=False``: the first list is left empty, unread."""
 
     def own(entries: list[JournalEntry]) -> list[JournalEntry]:
+        from ._reversal import _is_compensation  # (not at start-up: test_layering)
+
         return [e for e in entries if not _is_compensation(e) and not e.data.get("from_run")]
 
     done = ("done",)

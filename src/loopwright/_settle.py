@@ -20,7 +20,6 @@ from typing import Any
 
 from ._authority import audit, may_operate, refused
 from ._effect_keys import args_digest
-from ._effect_run import _jsonable
 from ._errors import ConfigError, ConflictError
 from ._host import RuntimeHost
 from ._json import check_given_text
@@ -88,6 +87,8 @@ class Settling(RuntimeHost):
             data["doubt"] = {k: entry.data[k] for k in ("cause", "error") if k in entry.data}
             if done:
                 status = "done"
+                from ._effect_run import _jsonable  # (not at start-up: test_layering)
+
                 data["result"] = _jsonable(result)
             else:
                 status = "failed"
