@@ -559,11 +559,11 @@ class Runtime(
                 # (another process inside a transaction on that run: a cancel, the dashboard,
                 # frozen up to the server's idle timeout) stalled every run of the process, so
                 # their leases ran out under a live worker and were taken over mid-cycle (pg52).
-                # One cancelled in flight may land after the release: it writes only the expiry
-                # of a lease whose owner is gone (claimable all the same) or, a token since
-                # taken over, nothing. In threads of its own, not the event loop's default
-                # executor: a sandboxed check, an image load or a user's ``run_in_executor``
-                # fills that one, and the renewals queued behind them (review52a).
+                # One cancelled in flight may land after the release: it writes nothing (a
+                # renewal needs the lease held under its token), its StaleLeaseError unread.
+                # In threads of its own, not the event loop's default executor: a sandboxed
+                # check, an image load or a user's ``run_in_executor`` fills that one, and the
+                # renewals queued behind them (review52a).
                 await asyncio.get_running_loop().run_in_executor(
                     _lease_threads(), self.store.renew_lease, ex.run_id, ex.token, self.lease_ttl_s
                 )
