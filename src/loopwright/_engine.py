@@ -384,8 +384,11 @@ class Runtime(
         self._driving[rec.run_id] += 1
         unavailable: StoreUnavailableError | None = None
         answered = False  # whether the store took the lease back (it answers again)
+        opened = ex.seq  # (a commit since wrote this execution's start event: ``_said_alive``)
+        alive: str | None = None  # how it stopped, alive, leaving the run resumable
         try:
-            started: dict[str, Any] = {"owner": self.owner}
+            # (its lease named: an execution that stops alive says so by it, ``crashes_at``)
+            started: dict[str, Any] = {"owner": self.owner, "lease": ex.token}
             selfish = [c.name for c in loop.checks if loop.self_reviewing(c)]
             if selfish:
                 started["self_review_allowed"] = selfish  # recorded: the user said so
@@ -408,12 +411,14 @@ class Runtime(
             ex.lost = True
             raise
         except ConfigError:
-            raise  # a user mistake (e.g. resumed with the wrong loop): the run stays resumable
+            # a user mistake (e.g. resumed with the wrong loop): the run stays resumable
+            alive = "ConfigError"
+            raise
         except StoreUnavailableError as exc:
             # The store failed, not the run: nothing is marked failed (the write would fail too,
             # or, after a dropped connection, end a healthy run). Judged below, once the lease
             # is handed back.
-            unavailable = exc
+            unavailable, alive = exc, "store unavailable"
         except Exception as exc:
             if ex.lost:
                 raise
@@ -424,6 +429,11 @@ class Runtime(
                 ex.pending_commit = None
                 self._finish(ex, "error", error=error_info("engine", exc))
                 await self._settle(ex)
+            raise
+        except BaseException as exc:
+            # Ctrl-C (KeyboardInterrupt, or the task cancelled), SystemExit: the process stops
+            # alive, the run resumable; no crash (``crashes_at``)
+            alive = type(exc).__name__
             raise
         finally:
             self._active -= 1
@@ -436,6 +446,8 @@ class Runtime(
             beat.cancel()
             with contextlib.suppress(BaseException):
                 await beat
+            if ex.seq > opened and (ex.lost or alive is not None):
+                _said_alive(self.store, ex, "lease lost" if ex.lost else str(alive))
             if not ex.lost:
                 with contextlib.suppress(Exception):
                     self.store.release_lease(ex.run_id, ex.token)
@@ -661,7 +673,7 @@ class Runtime(
             if rec.status == "running":
                 # Its executor died mid-cycle (the run is resumed while ``running``): past the
                 # contract's crash bound at this cycle, ended instead of driven again.
-                crashes = crashes_at(self.store, ex.run_id, ex.state.cycle)
+                crashes = crashes_at(self.store, ex.run_id, ex.state.cycle, ex.token)
                 bound = crash_bound(ex.contract)
                 if crashes > bound:
                     at = ex.state.cycle + 1
@@ -701,7 +713,8 @@ class Runtime(
                 # Shutting down: the run stays resumable from this checkpoint; the lease is
                 # released on the way out, so another worker can take it at once.
                 self.store.append_events(
-                    ex.run_id, [*ex.events, NewEvent(ex.state.cycle, "drained", {})]
+                    ex.run_id,
+                    [*ex.events, NewEvent(ex.state.cycle, "drained", {"lease": ex.token})],
                 )
                 ex.events = []
                 return
@@ -716,6 +729,18 @@ class Runtime(
             if await (self._check_edit(ex) if check else self._cycle(ex)):
                 return
             reflect = decided = True
+
+
+def _said_alive(store: Store, ex: _Exec, why: str) -> None:
+    """An execution that wrote its start event stops alive, the run left resumable: said by its
+    lease (``interrupted``), so that resuming the run counts no crash of it (``crashes_at``).
+    Written before the lease is handed back; one whose lease was taken over writes it late,
+    unfenced, after its successor's start maybe (read by its token, not where it lies). Not
+    said when the store still fails: the run then counts it as a crash, as a process that
+    died."""
+    with contextlib.suppress(Exception):
+        event = NewEvent(ex.state.cycle, "interrupted", {"lease": ex.token, "why": why})
+        store.append_events(ex.run_id, [event])
 
 
 def _refuse_missing_folder(store: str | None) -> None:
