@@ -55,7 +55,7 @@ from ._result import (
     _lasting,
     _Read,  # noqa: F401  (results pickled before it moved name it here)
 )
-from ._resume_ready import Resuming, crash_bound, crash_cause, crashes_at
+from ._resume_ready import LEASE_LOST, Resuming, crash_bound, crash_cause, crashes_at
 from ._reversal import Reparked, run_compensations
 from ._run_create import Creating
 from ._store_folder import missing_schema_error, missing_store_folder
@@ -447,7 +447,7 @@ class Runtime(
             with contextlib.suppress(BaseException):
                 await beat
             if ex.seq > opened and (ex.lost or alive is not None):
-                _said_alive(self.store, ex, "lease lost" if ex.lost else str(alive))
+                _said_alive(self.store, ex, LEASE_LOST if ex.lost else str(alive))
             if not ex.lost:
                 with contextlib.suppress(Exception):
                     self.store.release_lease(ex.run_id, ex.token)

@@ -126,6 +126,7 @@ _STARTS = frozenset({"started", "resumed"})
 # died. A ``drained`` without a lease (written before leases were named) is read as it was
 # then: a handoff.
 _LEFT_ALIVE = frozenset({"drained", "interrupted"})
+LEASE_LOST = "lease lost"  # (the one such word written late, by an executor taken over)
 _PAGE = 16  # (a crashed execution leaves one event; a page or two reach the count's end)
 
 
@@ -138,12 +139,14 @@ def crashes_at(store: Store, run_id: str, cycle: int, token: int | None = None) 
 
     Read backwards up to a ``_HANDED_OVER`` event. Each execution met (its start event) died
     unless it said it stopped alive (``_LEFT_ALIVE``, by its lease); so did the one that
-    concluded ``cycle`` (its ``decision`` met before its start), unless its lease said so: the
-    one before its successor's (each lease taken is the one before plus one). An event written
-    beside the executions (a decision, a worker's or the dashboard's note) is passed over."""
+    concluded ``cycle`` (its ``decision`` met before its start), unless it said so after that
+    decision, or its lease, the one before its successor's (a takeover takes the lease before
+    plus one), said it was lost. An event written beside the executions (a person's decision,
+    a worker's or the dashboard's note) is passed over."""
     count, before = 0, None
     alive: set[int] = set()
     after = token  # the lease of the execution after the one met next
+    said = False  # a word written under its lease met since the last start (its execution's)
     while True:
         page = store.events_tail(run_id, before_id=before, limit=_PAGE)
         for e in page:
@@ -154,17 +157,21 @@ def crashes_at(store: Store, run_id: str, cycle: int, token: int | None = None) 
                     count += 1
                 if e.cycle < cycle:
                     return count
-                after = lease
+                after, said = lease, False
             elif kind in _LEFT_ALIVE:
                 lease = _lease(e)
                 if lease is None:
                     return count
                 alive.add(lease)
+                said = said or e.data.get("why") != LEASE_LOST
             elif kind in _HANDED_OVER:
                 return count
             elif kind == "decision" and e.cycle <= cycle:
-                # the execution that concluded ``cycle`` (its start further back) died after it
-                return count + (0 if after is not None and after - 1 in alive else 1)
+                # the execution that concluded ``cycle`` (its start further back) died after
+                # it, unless it said otherwise: under its lease (after its decision), or late,
+                # its lease then the one before its successor's (a takeover's)
+                lost = after is not None and after - 1 in alive
+                return count + (0 if said or lost else 1)
         if len(page) < _PAGE:
             return count
         before = page[-1].id

@@ -191,3 +191,20 @@ def test_an_execution_that_said_it_left_is_no_crash(
     rt: lw.Runtime, events: list[tuple[int, str, dict]], cycle: int, token: int, crashes: int
 ) -> None:
     assert _count_data(rt, events, cycle, token) == crashes
+
+
+def test_the_concluding_execution_said_alive_after_a_person_took_the_lease(
+    rt: lw.Runtime,
+) -> None:
+    # lease 1 concluded cycle 2 and was interrupted (Ctrl-C); a person's edit took lease 2
+    # and handed it back; this resume holds lease 3: lease 1's word lies after its decision
+    events = [
+        _ev(0, "started", 1),
+        _ev(2, "decision"),
+        _ev(2, "interrupted", 1, why="KeyboardInterrupt"),
+        _ev(2, "edited", None, by="ed"),
+    ]
+    assert _count_data(rt, events, 2, 3) == 0
+    # ...but a lost lease's word is written late, wherever: only its lease places it
+    late = [_ev(0, "started", 1), _ev(2, "decision"), _ev(2, "interrupted", 0, why="lease lost")]
+    assert _count_data(rt, late, 2, 3) == 1
