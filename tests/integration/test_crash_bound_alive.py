@@ -204,3 +204,30 @@ def test_graceful_shutdowns_at_one_cycle_are_no_crash(url: str) -> None:
         drained = [e.data["lease"] for e in events if e.kind == "drained"]
         starts = [e.data["lease"] for e in events if e.kind in ("started", "resumed")]
         assert len(drained) == TIMES and set(drained) < set(starts)
+
+
+def test_pauses_and_unpauses_between_interruptions_are_no_crash(url: str) -> None:
+    # Ten rounds at cycle 2: the run is paused (it parks at once: no one executes it),
+    # unpaused, resumed, and interrupted again in its actor (Ctrl-C). Then it finishes.
+    hits = [0]
+
+    def fault(ctx: lw.Context) -> None:
+        if ctx.cycle == 2 and hits[0] <= TIMES:
+            hits[0] += 1
+            raise KeyboardInterrupt
+
+    loop = _loop(fault)
+    with lw.Runtime(url) as rt:
+        with pytest.raises(KeyboardInterrupt):
+            rt.run_sync(loop, TASK, task_key="paused")
+        run_id = rt.store.get_run("paused").run_id
+        for _ in range(TIMES):
+            rt.pause(run_id, by="ops")
+            assert rt.store.get_run(run_id).status == "awaiting_approval"
+            rt.unpause(run_id, by="ops")
+            with pytest.raises(KeyboardInterrupt):
+                rt.resume_sync(run_id, loop)
+        r = rt.resume_sync(run_id, loop)
+        assert (r.status, r.cycles) == ("accepted", 3), r.packet
+        kinds = [e.kind for e in rt.store.events(run_id)]
+        assert kinds.count("paused") == TIMES and kinds.count("interrupted") == TIMES + 1
