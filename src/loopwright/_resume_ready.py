@@ -143,38 +143,43 @@ def crashes_at(store: Store, run_id: str, cycle: int, token: int | None = None) 
     decision, or its lease, the one before its successor's (a takeover takes the lease before
     plus one), said it was lost. An event written beside the executions (a person's decision,
     a worker's or the dashboard's note) is passed over."""
-    count, before = 0, None
+    before: int | None = None
+    met: list[int | None] = []  # the leases of the executions met (their start events)
     alive: set[int] = set()
     after = token  # the lease of the execution after the one met next
     said = False  # a word written under its lease met since the last start (its execution's)
+    concluder = 0  # 1: the execution that concluded ``cycle`` died after it
     while True:
         page = store.events_tail(run_id, before_id=before, limit=_PAGE)
         for e in page:
             kind = e.kind
             if kind in _STARTS:
                 lease = _lease(e)
-                if lease is None or lease not in alive:
-                    count += 1
+                met.append(lease)
                 if e.cycle < cycle:
-                    return count
+                    break
                 after, said = lease, False
             elif kind in _LEFT_ALIVE:
                 lease = _lease(e)
                 if lease is None:
-                    return count
+                    break
                 alive.add(lease)
                 said = said or e.data.get("why") != LEASE_LOST
             elif kind in _HANDED_OVER:
-                return count
+                break
             elif kind == "decision" and e.cycle <= cycle:
                 # the execution that concluded ``cycle`` (its start further back) died after
                 # it, unless it said otherwise: under its lease (after its decision), or late,
                 # its lease then the one before its successor's (a takeover's)
-                lost = after is not None and after - 1 in alive
-                return count + (0 if said or lost else 1)
-        if len(page) < _PAGE:
-            return count
-        before = page[-1].id
+                concluder = 0 if said or (after is not None and after - 1 in alive) else 1
+                break
+        else:
+            if len(page) == _PAGE:
+                before = page[-1].id
+                continue
+        # (judged once all is read: a word said as a commit of a group was still on its way
+        # may lie before its execution's start)
+        return concluder + sum(1 for lease in met if lease is None or lease not in alive)
 
 
 def _lease(e: Event) -> int | None:

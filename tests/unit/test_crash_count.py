@@ -208,3 +208,10 @@ def test_the_concluding_execution_said_alive_after_a_person_took_the_lease(
     # ...but a lost lease's word is written late, wherever: only its lease places it
     late = [_ev(0, "started", 1), _ev(2, "decision"), _ev(2, "interrupted", 0, why="lease lost")]
     assert _count_data(rt, late, 2, 3) == 1
+
+
+def test_a_word_written_before_its_start_event_landed_counts(rt: lw.Runtime) -> None:
+    # lease 2's start event went out in a group commit still on its way when it was
+    # interrupted: its word lies before its start
+    events = [_ev(0, "started", 1), _ev(0, "interrupted", 2), _ev(0, "resumed", 2)]
+    assert _count_data(rt, events, 0, 3) == 1  # lease 1 died; lease 2 did not
