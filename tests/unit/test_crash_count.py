@@ -215,3 +215,16 @@ def test_a_word_written_before_its_start_event_landed_counts(rt: lw.Runtime) -> 
     # interrupted: its word lies before its start
     events = [_ev(0, "started", 1), _ev(0, "interrupted", 2), _ev(0, "resumed", 2)]
     assert _count_data(rt, events, 0, 3) == 1  # lease 1 died; lease 2 did not
+
+
+def test_a_late_drain_of_a_lease_taken_over_vouches_for_itself_only(rt: lw.Runtime) -> None:
+    # lease 1 stalled, lease 2 took the run over and died; lease 1 woke and drained (written
+    # without the lease it no longer held), then lease 3 died: 2 and 3 count (a drain read
+    # as a handoff hid lease 2's crash: 1)
+    events = [
+        _ev(0, "started", 1),
+        _ev(0, "resumed", 2),
+        _ev(0, "drained", 1),
+        _ev(0, "resumed", 3),
+    ]
+    assert _count_data(rt, events, 0, 4) == 2
