@@ -735,10 +735,18 @@ def _said_alive(store: Store, ex: _Exec, why: str) -> None:
     """An execution that wrote its start event stops alive, the run left resumable: said by its
     lease (``interrupted``), so that resuming the run counts no crash of it (``crashes_at``).
     Written before the lease is handed back; one whose lease was taken over writes it late,
-    unfenced, after its successor's start maybe (read by its token, not where it lies). Not
+    unfenced, after its successor's start maybe (read by its token, not where it lies): the
+    one write of a fenced-out executor, its own word and no state, and only to a run still
+    open (an ended one is resumed no more: its log stays as its last executor left it). Not
     said when the store still fails: the run then counts it as a crash, as a process that
     died."""
     with contextlib.suppress(Exception):
+        now = store.get_run(ex.run_id)
+        if now.fencing_token != ex.token or now.lease_owner is None:
+            # taken over meanwhile (a process frozen while its store failed it, too): late
+            if now.status in TERMINAL_STATUSES:
+                return
+            why = LEASE_LOST
         event = NewEvent(ex.state.cycle, "interrupted", {"lease": ex.token, "why": why})
         store.append_events(ex.run_id, [event])
 

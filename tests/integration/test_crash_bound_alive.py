@@ -45,13 +45,14 @@ def _loop(fault: Callable[[lw.Context], None]) -> lw.Loop:
     )
 
 
-def _accepted(rt: lw.Runtime, key: str) -> set[str]:
-    """The run accepted after its interruptions, each said by its lease; returns why."""
+def _accepted(rt: lw.Runtime, key: str, said: int = TIMES) -> set[str]:
+    """The run accepted after its interruptions, ``said`` of them said by their leases;
+    returns why."""
     r = rt.result(key)
     run_id = r.run_id
     assert (r.status, r.stop_reason, r.cycles) == ("accepted", "success", 3), r.packet
     interrupted = [e for e in rt.store.events(run_id) if e.kind == "interrupted"]
-    assert len(interrupted) == TIMES
+    assert len(interrupted) == said
     assert all(isinstance(e.data["lease"], int) for e in interrupted)
     return {str(e.data["why"]) for e in interrupted}
 
@@ -142,7 +143,9 @@ def test_a_stalled_executor_taken_over_is_no_crash(url: str) -> None:
             for _entered, go in stalls.values():
                 go.set()  # (a failing test leaves no executor held)
         assert r.status == "accepted", r.packet
-        assert _accepted(rt, "stall") == {"lease lost"}
+        # (the last one woke after the run ended: a fenced-out executor writes nothing to
+        # an ended run, its word no longer needed)
+        assert _accepted(rt, "stall", TIMES - 1) == {"lease lost"}
 
 
 def _take_over_in_turn(
