@@ -12,7 +12,7 @@ from typing import Any
 from ._redact import redact
 from .store import AuditRecord, Store
 
-__all__ = ["audit", "audit_of", "audit_once"]
+__all__ = ["audit", "audit_entry", "audit_of", "audit_once"]
 
 
 def audit(
@@ -26,16 +26,30 @@ def audit(
     **detail: Any,
 ) -> None:
     """Append one audit record (see ``Store.audit_put``)."""
-    store.audit_put(
-        actor=actor or "?",
-        action=action,
-        target=target,
-        outcome=outcome,
-        origin=origin,
+    store.audit_put(**audit_entry(actor, action, target, outcome=outcome, origin=origin, **detail))
+
+
+def audit_entry(
+    actor: str,
+    action: str,
+    target: str,
+    *,
+    outcome: str = "allowed",
+    origin: str = "python",
+    **detail: Any,
+) -> dict[str, Any]:
+    """The fields of one audit record (``Store.audit_put``'s), for a store that writes it in
+    the transaction of the action it records (``Store.request_pause``)."""
+    return {
+        "actor": actor or "?",
+        "action": action,
+        "target": target,
+        "outcome": outcome,
+        "origin": origin,
         # what an operator typed (a note, a reason) is stored masked (invariant 9)
-        detail=redact({k: v for k, v in detail.items() if v is not None}),
-        now=time.time(),
-    )
+        "detail": redact({k: v for k, v in detail.items() if v is not None}),
+        "now": time.time(),
+    }
 
 
 def audit_once(

@@ -25,18 +25,19 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import secrets
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._audit import audit, audit_of, audit_once
 from ._errors import ApprovalError, ConfigError, NotPermittedError, RunNotFoundError
 from ._json import check_given_text
 from ._keys import unprintable
-from ._loop import Loop
 from ._policy import ROLE_NAME
 from .store import Approval, RunRecord, Store, UserRecord
 from .store._people import PeopleStore, person_key
+
+if TYPE_CHECKING:  # (the CLI's people commands import this module, not the engine)
+    from ._loop import Loop
 
 __all__ = [
     "BUILTIN_ROLES",
@@ -75,6 +76,8 @@ _SYSTEM = frozenset({"loopwright", EARNED_BY})
 
 def new_token() -> str:
     """A fresh token: 256 random bits, prefixed so a leaked one is recognisable."""
+    import secrets  # (adding a person only: not at every engine's import, suite53)
+
     return "lw_" + secrets.token_urlsafe(32)
 
 

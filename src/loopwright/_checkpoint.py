@@ -84,9 +84,15 @@ class Checkpoints(RuntimeHost):
         req = self._stage(ex, record, cols, reqs, closes, packed)
         if status is not None:
             ex.row_status = status  # _unstage forgets it if the commit fails
-        if self.group_commit and ex.grouped and (self._active > 1 or ex.pending_commit is not None):
+        if ex.grouped and (
+            (self.group_commit and (self._active > 1 or ex.pending_commit is not None))
+            or self.store.concurrent_writers
+        ):
             # Several runs share this loop: queue it into the next group commit; the run
-            # waits for durability at its next durability point (``_settle``).
+            # waits for durability at its next durability point (``_settle``). A store whose
+            # write can wait on a row lock (``Store.concurrent_writers``) is written so with
+            # one run too, or without group commit (batches of one): from a thread, while the
+            # event loop goes on (evloop53).
             if ex.pending_commit is not None and ex.pending_req is not None:
                 # (one not settled yet: kept, so that its failure is undone too)
                 earlier = (ex.pending_req, ex.pending_commit)
@@ -265,7 +271,7 @@ class Checkpoints(RuntimeHost):
     def _committer(self) -> GroupCommitter:
         loop = asyncio.get_running_loop()
         if self._group is None or self._group.loop is not loop:
-            self._group = GroupCommitter(self.store)
+            self._group = GroupCommitter(self.store, together=self.group_commit)
         return self._group
 
     async def _settle(self, ex: _Exec) -> bool:

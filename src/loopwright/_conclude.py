@@ -7,12 +7,11 @@ from __future__ import annotations
 import operator
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _decide as rules
 from ._call_billing import settle_owed
 from ._edit_check import answer_owed
-from ._effect_run import EffectOutcome, key_of, perform_effect
 from ._effects import EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
@@ -32,6 +31,9 @@ from ._record_codec import packed_record, packed_usage
 from ._state import Finding, TaskState, person_edit
 from ._usage import MAX_RUN_TOKENS, MAX_TOKENS, Usage
 from .store import NewEvent
+
+if TYPE_CHECKING:
+    from ._effect_run import EffectOutcome
 
 __all__ = ["Concluding"]
 
@@ -70,6 +72,9 @@ class Concluding(RuntimeHost):
         as that reuse (recorded in the write-ahead: a resume after a crash runs them so too)."""
         outcomes: list[EffectOutcome] = []
         if calls:
+            # (a cycle with effects only: the effects' runner is not imported with the engine)
+            from ._effect_run import key_of, perform_effect
+
             # Never start an effect once a budget is crossed, or reached unless the effect is
             # known to bill nothing (invariant 7; ``call_stop``).
             first = _effect(ex.loop, calls[0])

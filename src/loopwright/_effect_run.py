@@ -33,6 +33,7 @@ from ._exec import Execution, error_info, exc_text
 from ._json import str_keys
 from ._redact import redact, redact_text
 from ._retry import RetryPolicy
+from ._store_threads import written
 from ._usage import Usage
 from .store import JournalEntry, NewEvent, Store
 
@@ -189,7 +190,9 @@ async def perform_effect(
 
     said_not_done: list[bool] = []  # the reconcile hook's "not done", for the next event
 
-    def put(status: str, data: dict[str, Any], attempts: int | None, event: str) -> JournalEntry:
+    async def put(
+        status: str, data: dict[str, Any], attempts: int | None, event: str
+    ) -> JournalEntry:
         if status == "done":
             # The checkpoint this attempt of the cycle builds on (its effects' write-ahead):
             # a resume after a crash builds on the same one, a rollback's redo on a later one.
@@ -199,7 +202,11 @@ async def perform_effect(
         data = redact({**base, **data})
         not_done_said = bool(said_not_done)
         said_not_done.clear()
-        return store.journal_put(
+        # (a store whose write can wait on the run's row lock: from a thread, so that the
+        # other runs of the event loop go on meanwhile; evloop53)
+        return await written(
+            store,
+            store.journal_put,
             ex.run_id,
             ex.token,
             key=jkey,
@@ -226,7 +233,7 @@ async def perform_effect(
             claim=claim,
         )
 
-    def held(h: EffectKeyHeld) -> EffectOutcome:
+    async def held(h: EffectKeyHeld) -> EffectOutcome:
         """Another run of the store holds the key: its recorded result when it did the same
         action; otherwise a person decides (different arguments, or an outcome not known).
         The entry, its event and a cause name the key the holder was handed: the claim read
@@ -237,11 +244,13 @@ async def perform_effect(
         base["call_key"] = redo_key(action, h.generation)
         if h.status == "done" and h.args_hash == claim[2]:
             try:
-                put("done", {"result": h.result, "from_run": h.run_id}, attempts, "effect_reused")
+                await put(
+                    "done", {"result": h.result, "from_run": h.run_id}, attempts, "effect_reused"
+                )
             except EffectKeyHeld as moved:
                 # The holder's claim changed between the intent's read and this write (its
                 # undoing started: a refund): nothing was written; as it stands now.
-                return held(moved)
+                return await held(moved)
             return out("done", result=h.result, reused=True, attempts=attempts)
         if h.status == "done":
             cause = (
@@ -259,7 +268,7 @@ async def perform_effect(
                 f"{named()} is held by run {h.run_id}, whose attempt is {h.status} "
                 "(it may be doing it now, or have done it) — not run again here"
             )
-        put("in_doubt", {"cause": cause, "from_run": h.run_id}, None, "effect_in_doubt")
+        await put("in_doubt", {"cause": cause, "from_run": h.run_id}, None, "effect_in_doubt")
         return out("in_doubt", attempts=attempts, cause=cause)
 
     async def reconcile() -> tuple[str, Any, Usage | None]:
@@ -270,7 +279,7 @@ async def perform_effect(
         # bounded as the effect's own call is (its timeout, inside the lease): a hook that
         # hangs must not hold the run, nor act after its lease is gone. Asked before the hook
         # is called, as for the call itself: a lease lost there is the engine's, not the hook's
-        limit = call_limit()
+        limit = await call_limit()
         try:
             found, _ = await call_user(
                 eff.reconcile_fn, call_key(), timeout=limit, threaded=ex.threaded
@@ -294,11 +303,11 @@ async def perform_effect(
             data = {"result": value, "reconciled": True}
             if usage is not None:
                 data["usage"] = usage.to_dict()
-            put("done", data, None, "effect_reconciled")
+            await put("done", data, None, "effect_reconciled")
             return out("done", result=value, reconciled=True, attempts=attempts, usage=usage)
         if verdict == "error":
             cause = f"{named()} {doubt}: {value}"
-            put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
+            await put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
             return out("in_doubt", attempts=attempts, cause=cause, error=info)
         # the hook said it did not happen: the journal's next event says so (the trace showed
         # a second effect_started with nothing saying the hook was asked; outside51a)
@@ -339,11 +348,11 @@ async def perform_effect(
         await asyncio.sleep(wait)
         return True
 
-    def lease_room() -> float | None:
+    async def lease_room() -> float | None:
         """How long a call starting now may run inside the lease, renewed first (a fenced
         write: ``StaleLeaseError`` once another executor holds the run); ``None``: unbounded."""
         if ex.lease_ttl_s is not None:
-            store.renew_lease(ex.run_id, ex.token, ex.lease_ttl_s)
+            await written(store, store.renew_lease, ex.run_id, ex.token, ex.lease_ttl_s)
             left = ex.lease_ttl_s
         else:  # the TTL is not known here: what the run row says is left of the lease
             expires = store.get_run(ex.run_id).lease_expires_at
@@ -355,10 +364,10 @@ async def perform_effect(
             raise StaleLeaseError(f"run {ex.run_id}: no time left in the lease to run {eff.name}")
         return room
 
-    def call_limit() -> float | None:
+    async def call_limit() -> float | None:
         """The timeout of a call of the effect (or its reconcile hook) starting now: its own
         ``timeout_s``, within ``lease_room``; ``None``: unbounded."""
-        room = lease_room()
+        room = await lease_room()
         return room if eff.timeout_s is None else min(eff.timeout_s, room or eff.timeout_s)
 
     first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()
@@ -382,6 +391,15 @@ async def perform_effect(
         and business
         and bool(entry.data.get("from_run") or entry.data.get("inherited_from"))
         and not recovered
+    ) or (
+        # In doubt about another run's claim as ``held`` found it (that run executing it, or
+        # undoing it), not about an attempt of this run: asked again (a rollback's redo). The
+        # old answer was kept for good: a run that asked while another paid stayed escalated
+        # after that payment was done, a rollback past it too (effects53).
+        entry is not None
+        and entry.status == "in_doubt"
+        and business
+        and bool(entry.data.get("from_run"))
     )
     if reuse_only and (entry is None or stale):
         standing = reuse_standing(store, eff.kind, action, ex.run_id)
@@ -481,7 +499,7 @@ async def perform_effect(
                     "recorded; it is not idempotent and has no reconcile hook, so it is not run "
                     "again — check whether it happened"
                 )
-                put("in_doubt", {"cause": cause}, None, "effect_in_doubt")
+                await put("in_doubt", {"cause": cause}, None, "effect_in_doubt")
                 return out("in_doubt", attempts=attempts, cause=cause)
             # Not done (or idempotent): its holder may still be executing it (a frozen or
             # stuck worker) — not run again before its deadline has passed.
@@ -505,10 +523,10 @@ async def perform_effect(
                     f"{named()} was interrupted {attempts} time(s), its retry bound; "
                     "the last attempt's outcome is unknown — check whether it happened"
                 )
-                put("in_doubt", {"cause": cause}, None, "effect_in_doubt")
+                await put("in_doubt", {"cause": cause}, None, "effect_in_doubt")
                 return out("in_doubt", attempts=attempts, cause=cause)
             cause = f"{named()} gave up after {attempts} attempt(s)"
-            put("failed", {"cause": cause}, None, "effect_failed")
+            await put("failed", {"cause": cause}, None, "effect_failed")
             return out("failed", attempts=attempts, cause=cause)
         ex.at("before_effect_intent")
         attempts += 1
@@ -518,13 +536,13 @@ async def perform_effect(
             # from before the store's clock is read (``since``; a taker: ``held_for``).
             wall, mono = time.time(), time.monotonic()
             clock_at = store.clock()
-            limit = call_limit()
+            limit = await call_limit()
             deadline_at = None if limit is None else wall + limit
             intent = {"first_at": first_at, "deadline_at": deadline_at, "holder": ex.owner}
             if limit is not None:
                 intent |= {"limit_s": limit, "clock_at": clock_at}
             try:
-                put("intent", intent, attempts, "effect_started")
+                await put("intent", intent, attempts, "effect_started")
             except EffectKeyMoved as moved:
                 # another run took (and undid) the action since its claim was read: nothing
                 # was written; the next generation's key, never handed out
@@ -535,7 +553,7 @@ async def perform_effect(
                 continue
             except EffectKeyHeld as h:
                 attempts -= 1  # nothing was written
-                return held(h)
+                return await held(h)
             ex.at("after_effect_intent")
             left = None if limit is None else limit - since(wall, mono)
             if left is None or left > 0:
@@ -567,7 +585,21 @@ async def perform_effect(
                     f"{named()} failed with a transient error and may have acted; it "
                     "is not idempotent and has no reconcile hook, so it is not retried"
                 )
-                put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
+                await put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
+                return out("in_doubt", attempts=attempts, cause=cause, error=info)
+            elif not eff.idempotent and not eff.takes_key and not _refused(exc):
+                # A failure that may have come after the action keeps its key for the next
+                # attempt (another run's, a rollback's redo), which a provider that
+                # deduplicates answers with what it did. A function that takes no ``key``
+                # never hands it to a provider: recorded ``failed`` (its claim free), the
+                # next run asking for the action did it a second time.
+                cause = (
+                    f"{named()} failed with {type(exc).__name__}: {exc_text(exc)} and may have "
+                    "acted; it is not idempotent, has no reconcile hook and takes no key to "
+                    "hand a provider, so it is not run again — check whether it happened "
+                    "(raise RefusedError when the outside world refused it, having done nothing)"
+                )
+                await put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
                 return out("in_doubt", attempts=attempts, cause=cause, error=info)
             if running and not eff.idempotent:
                 # "Not done" is only true so far: run again, it would act twice.
@@ -576,7 +608,7 @@ async def perform_effect(
                     "cannot be stopped), so it may still act; it is not run again — check "
                     "whether it happened"
                 )
-                put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
+                await put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
                 return out("in_doubt", attempts=attempts, cause=cause, error=info)
             _, delay = policy.decide(exc, attempts, elapsed_s=time.time() - first_at)
             if delay is None:
@@ -593,9 +625,9 @@ async def perform_effect(
                     # declined card, for a day) gives it again: a retry is a new attempt,
                     # under the next generation's key (the claim ``refused``).
                     failed["spent"] = True
-                put("failed", failed, None, "effect_failed")
+                await put("failed", failed, None, "effect_failed")
                 return out("failed", attempts=attempts, cause=cause, error=info)
-            put(
+            await put(
                 "waiting",
                 {"first_at": first_at, "next_at": time.time() + delay, "error": info},
                 None,
@@ -612,6 +644,6 @@ async def perform_effect(
         data = {"result": value, "first_at": first_at}
         if usage is not None:
             data["usage"] = usage.to_dict()
-        put("done", data, None, "effect_done")
+        await put("done", data, None, "effect_done")
         ex.at("after_effect_result")
         return out("done", result=value, attempts=attempts, usage=usage)

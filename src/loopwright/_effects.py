@@ -269,6 +269,12 @@ class Effect:
     def __repr__(self) -> str:
         return f"Effect({self.name!r}, kind={self.kind!r}, idempotent={self.idempotent})"
 
+    @property
+    def takes_key(self) -> bool:
+        """Whether the function is handed the idempotency key (``key=``): only then can a
+        provider deduplicate an attempt made again under the same key."""
+        return self._wants_key
+
     # --- building calls --------------------------------------------------------------------
     def call(self, /, *, key: str | None = None, **args: Any) -> EffectCall:
         """A request to run this effect, to put in a ``Proposal``'s ``effects``."""

@@ -22,7 +22,6 @@ import contextlib
 import os
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, TypeVar
 
 from . import _decide as rules
@@ -56,9 +55,9 @@ from ._result import (
     _Read,  # noqa: F401  (results pickled before it moved name it here)
 )
 from ._resume_ready import LEASE_LOST, Resuming, crash_bound, crash_cause, crashes_at
-from ._reversal import Reparked, run_compensations
 from ._run_create import Creating
 from ._store_folder import missing_schema_error, missing_store_folder
+from ._store_threads import in_store_thread, written
 from ._task_parts import say_ignored
 from ._usage import Usage
 from .store import DEFAULT_STORE, NewEvent, RunRecord, Store, open_store, resolve_store_url
@@ -70,28 +69,6 @@ _T = TypeVar("_T")
 
 def _owner() -> str:
     return owner_name()
-
-
-# The threads lease renewals run in (``Runtime._heartbeat``), the process's runtimes' together:
-# made at the first renewal, reused after, each thread made only when the others are busy. Not
-# the event loop's default executor, which user work fills (review52a). Enough that renewals
-# each stalled on its run's row lock (pg52) leave the others threads to go on. A forked child
-# makes its own: the parent's threads are not in it, and work handed to their pool waited
-# for ever (a fresh event loop's default executor had no such past).
-_LEASE_THREADS: list[ThreadPoolExecutor] = []
-
-
-def _lease_threads() -> ThreadPoolExecutor:
-    if not _LEASE_THREADS:
-        # (two made at once: the first is used, the other never starts a thread)
-        _LEASE_THREADS.append(
-            ThreadPoolExecutor(max_workers=32, thread_name_prefix="loopwright-lease")
-        )
-    return _LEASE_THREADS[0]
-
-
-if hasattr(os, "register_at_fork"):  # (not on Windows, which does not fork)
-    os.register_at_fork(after_in_child=_LEASE_THREADS.clear)
 
 
 class Runtime(
@@ -446,16 +423,24 @@ class Runtime(
             beat.cancel()
             with contextlib.suppress(BaseException):
                 await beat
-            if ex.seq > opened and (ex.lost or alive is not None):
-                _said_alive(self.store, ex, LEASE_LOST if ex.lost else str(alive))
-            if not ex.lost:
-                with contextlib.suppress(Exception):
-                    self.store.release_lease(ex.run_id, ex.token)
-                    answered = True
-            # (once its lease is handed back)
-            self._driving[rec.run_id] -= 1
-            if self._driving[rec.run_id] <= 0:
-                del self._driving[rec.run_id]
+            try:
+                if ex.seq > opened and (ex.lost or alive is not None):
+                    why = LEASE_LOST if ex.lost else str(alive)
+                    await written(self.store, _said_alive, self.store, ex, why)
+                if not ex.lost:
+                    with contextlib.suppress(Exception):
+                        if self.store.concurrent_writers:
+                            # (from a thread: a release waiting on the run's row lock held
+                            # every run of the event loop; evloop53)
+                            await in_store_thread(self.store.release_lease, ex.run_id, ex.token)
+                        else:
+                            self.store.release_lease(ex.run_id, ex.token)
+                        answered = True
+            finally:
+                # (once its lease is handed back)
+                self._driving[rec.run_id] -= 1
+                if self._driving[rec.run_id] <= 0:
+                    del self._driving[rec.run_id]
         # A store failure leaves the run as its last durable checkpoint has it; its lease
         # expires (or was handed back) and any worker, or `resume`, goes on. Unless the commit
         # that failed ended (or parked) it, durable with its answer lost: then the run ended
@@ -573,12 +558,9 @@ class Runtime(
                 # their leases ran out under a live worker and were taken over mid-cycle (pg52).
                 # One cancelled in flight may land after the release: it writes nothing (a
                 # renewal needs the lease held under its token), its StaleLeaseError unread.
-                # In threads of its own, not the event loop's default executor: a sandboxed
-                # check, an image load or a user's ``run_in_executor`` fills that one, and the
-                # renewals queued behind them (review52a).
-                await asyncio.get_running_loop().run_in_executor(
-                    _lease_threads(), self.store.renew_lease, ex.run_id, ex.token, self.lease_ttl_s
-                )
+                # In threads of the store's own (``_store_threads``), not the event loop's
+                # default executor (review52a).
+                await in_store_thread(self.store.renew_lease, ex.run_id, ex.token, self.lease_ttl_s)
             except StaleLeaseError:
                 ex.lost = True
                 return
@@ -596,6 +578,8 @@ class Runtime(
         # _settle_pending): asked once its commits are durable, at the first cycle boundary.
         owed = False
         if pend.get("stage") == "compensations":
+            from ._reversal import Reparked, run_compensations  # (rare: not at import)
+
             notes = await run_compensations(self.store, ex, pend)
             if isinstance(notes, Reparked):
                 # a refund other runs' acceptance stands on: a person decides, told of them

@@ -16,7 +16,6 @@ one (``_edit_check``), or, for a run parked on a request, the decided cycle judg
 from __future__ import annotations
 
 import contextlib
-import difflib
 import json
 import re
 import uuid
@@ -37,9 +36,9 @@ from ._host import RuntimeHost
 from ._json import check_given_text, check_value
 from ._keys import check_declared_name, check_key, check_unpadded, fit_key
 from ._loop import Loop, check_loop, declared_names, other_loop
-from ._people import retire_failures
+from ._people import _printable_note, retire_failures
 from ._proposal import Proposal
-from ._redact import redact
+from ._redact import redact, redact_registered
 from ._state import TaskState, same_value, split_ref
 from ._state_codec import head, unwritten_versions
 from .store import JournalEntry, NewEvent, RunRecord, Store
@@ -264,8 +263,14 @@ class Forking(RuntimeHost):
         if not isinstance(by, str) or not by.strip():
             raise ConfigError("say who edits (a name)", field="by")
         artifact, name = split_ref(ref)
-        check_value(value, field="value")  # what the person gave is what is stored
+        check_value(value, field="value")  # what the person gave is what is stored...
+        # ...but for the process's own API keys (``register_secret``), masked as an actor's
+        # edit is (``Proposal.unregistered``): a key pasted into the work is not stored either
+        value = redact_registered(value)
         check_given_text(note, field="note")
+        # held to a decision's and a pause's rule (an escape or a bidirectional control went
+        # into the append-only log, the run's notes and the actor's next context as typed)
+        note = _printable_note(note)
         rec = self.store.get_run(run_id)
         on = f"run {rec.run_id}"
         # Audited once it is known to happen (newuser47): an edit refused for what it asked
@@ -496,6 +501,8 @@ def what_changed(old: Any, new: Any) -> list[str]:
     if isinstance(old, str) and isinstance(new, str):
         if "<svg" in old and "<svg" in new:
             return _svg_changes(old, new)
+        import difflib  # (a person's edit of a text: not at import, suite53)
+
         a, b = old.splitlines(), new.splitlines()
         out = []
         for tag, i1, i2, _j1, _j2 in difflib.SequenceMatcher(a=a, b=b).get_opcodes():
@@ -525,6 +532,8 @@ def _diff(old: Any, new: Any) -> str:
     def lines(v: Any) -> list[str]:
         text = v if isinstance(v, str) else json.dumps(v, indent=1, sort_keys=True, default=str)
         return text.splitlines()
+
+    import difflib
 
     out = "\n".join(
         difflib.unified_diff(lines(old), lines(new), "before", "after", lineterm="", n=1)

@@ -20,7 +20,6 @@ from ._audit import audit_once
 from ._calls import CallTimeout, call_user, hook_timeout
 from ._contract import RiskRule
 from ._effect_keys import args_digest, key_of
-from ._effect_run import _jsonable
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
@@ -301,6 +300,8 @@ def done_before(
     if claim is None or claim.status != "done":
         return "", None
     by = "this run" if claim.run_id == run_id else f"run {claim.run_id[:12]}"
+    from ._effect_run import _jsonable  # (a done claim: the effects' runner, not at import)
+
     if claim.args_hash is not None and claim.args_hash != args_digest(_jsonable(dict(c.args))):
         # approved, it is neither reused nor run: in doubt, for a person (``held``)
         said = (

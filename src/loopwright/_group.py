@@ -3,7 +3,9 @@
 Each run's commit is queued with a future; a committer task takes everything queued since its
 last batch and writes it with ``Store.commit_many`` in a thread — one transaction and one sync
 to disk for the whole batch — while the event loop goes on with the other runs (a batch of one
-is written on the event loop's thread: see ``_run``). A run waits
+is written on the event loop's thread, SQLite's: see ``_write``; a store whose writes can wait on
+a row lock, PostgreSQL's, has every batch written in a thread, and other runs' batches go on
+while one waits: ``_start_batches``). A run waits
 for its future before anything that depends on the checkpoint being durable (the next cycle,
 an effect, its return), so "a cycle continues only once the batch holding its checkpoint is
 durable". Written by hand because the batching must follow our own durability points; no
@@ -14,26 +16,45 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 
 from ._errors import StoreError
 from ._memory import RECALL_RANKED
 from ._recall import RECALL_LIMIT, recall_searches
+from ._store_threads import in_store_thread
 from .store import CommitRequest, Store
-from .store._protocol_commit import after_failed
+from .store._protocol_commit import RunBusy, after_failed
 from .store._records import MemoryFound, MemoryRecall
 
 __all__ = ["GroupCommitter", "GroupRecall"]
 
 Scopes = list[tuple[str, str | None]]
 
+# Batches being written at once, at most, to a store of concurrent writers (each holds a pooled
+# connection): one whose run's row another session holds locked waits, and the others go on.
+IN_FLIGHT = 4
+
 
 class GroupCommitter:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, together: bool = True) -> None:
         self.store = store
         self.loop = asyncio.get_running_loop()
         self._queue: list[tuple[CommitRequest, asyncio.Future[bool]]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # A store whose writes can wait on another session's row lock (PostgreSQL:
+        # ``Store.concurrent_writers``): every batch is written in a thread, and batches of
+        # other runs go on while one waits (evloop53). Its batch of one written on the event
+        # loop waited there, and every run of the process with it; one batch at a time, the
+        # other runs' commits queued behind the one that waited.
+        self.threads = store.concurrent_writers
+        # ``together``: the commits of runs ready in one turn go in one batch; False (the
+        # runtime's ``group_commit=False``), each its own (written in a thread all the same).
+        self.together = together
+        self._writing: set[asyncio.Task[None]] = set()
+        # the runs of the batches being written (a run left out of one, ``RunBusy``, is in
+        # the batch it is written in alone before that one ends)
+        self._busy: Counter[str] = Counter()
         self.batches = 0
         self.commits = 0
         # (run_id, token) → the first commit of the run that failed, and why: a later one
@@ -56,6 +77,9 @@ class GroupCommitter:
             self._wake.clear()
             # Let the runs that are ready this turn add their commits to the batch.
             await asyncio.sleep(0)
+            if self.threads:
+                self._start_batches()
+                continue
             batch, self._queue = self._queue, []
             if batch:
                 # Written in a call of its own, so that nothing here holds the batch while the
@@ -66,6 +90,45 @@ class GroupCommitter:
                 # made and kept a batch, and collected (and promoted) them at every turn.
                 await self._write(batch)
                 del batch
+
+    def _start_batches(self) -> None:
+        """The queued commits of runs with none being written, as batches written each in a
+        thread (at most ``IN_FLIGHT`` at once); a run's later commit waits in the queue until
+        the batch holding its earlier one has ended, so a run's commits are written in order
+        (and one after a failed one is refused: ``_after_failed``)."""
+        while self._queue and len(self._writing) < IN_FLIGHT:
+            batch: list[tuple[CommitRequest, asyncio.Future[bool]]] = []
+            left: list[tuple[CommitRequest, asyncio.Future[bool]]] = []
+            held = set(self._busy)
+            for item in self._queue:
+                run_id = item[0].run_id
+                if run_id in held or (batch and not self.together):
+                    held.add(run_id)  # (its later commits after this one, not before)
+                    left.append(item)
+                else:
+                    held.add(run_id)
+                    batch.append(item)
+            self._queue = left
+            if not batch:
+                return
+            self._spawn(batch)
+
+    def _spawn(self, batch: list[tuple[CommitRequest, asyncio.Future[bool]]]) -> None:
+        """``batch`` written by a task of its own, its runs busy until it ends."""
+        runs = [req.run_id for req, _ in batch]
+        self._busy.update(runs)
+        task = self.loop.create_task(self._write(batch), name="loopwright-commit-batch")
+        self._writing.add(task)
+        task.add_done_callback(lambda t: self._batch_ended(t, runs))
+
+    def _batch_ended(self, task: asyncio.Task[None], runs: list[str]) -> None:
+        self._writing.discard(task)
+        self._busy.subtract(runs)
+        for run_id in runs:
+            if self._busy.get(run_id, 1) <= 0:
+                del self._busy[run_id]
+        if self._queue:
+            self._wake.set()
 
     async def _write(self, batch: list[tuple[CommitRequest, asyncio.Future[bool]]]) -> None:
         if self._failed:
@@ -78,11 +141,12 @@ class GroupCommitter:
             # it buys: both threads run Python, so every statement hands the GIL across
             # and back (bench/RESULTS.md: two concurrent runs took 1,050 µs a cycle with
             # the hop, 740 µs without; and 100 runs gained too). Written here, at once.
-            results = (
-                self.store.commit_many(reqs)
-                if len(reqs) == 1
-                else await asyncio.to_thread(self.store.commit_many, reqs)
-            )
+            if self.threads:
+                results = await in_store_thread(self.store.commit_many, reqs)
+            elif len(reqs) == 1:
+                results = self.store.commit_many(reqs)
+            else:
+                results = await asyncio.to_thread(self.store.commit_many, reqs)
         except BaseException as exc:  # the store failed: every waiter learns it
             for req, fut in batch:
                 self._note_failed(req, exc)
@@ -94,7 +158,12 @@ class GroupCommitter:
         self.batches += 1
         self.commits += len(batch)
         for (req, fut), res in zip(batch, results, strict=True):
-            if isinstance(res, BaseException):
+            if isinstance(res, RunBusy) and len(batch) > 1:
+                # its run's row locked by another session: nothing of it written; alone, in a
+                # batch of its own, it waits there while the rest of this batch goes on
+                self.commits -= 1
+                self._spawn([(req, fut)])
+            elif isinstance(res, BaseException):
                 self._note_failed(req, res)
                 if not fut.done():
                     fut.set_exception(res)
@@ -127,10 +196,14 @@ class GroupCommitter:
 
     async def close(self) -> None:
         """Wait for what is queued, then stop the committer task."""
-        while self._queue:
-            _, fut = self._queue[-1]
-            with contextlib.suppress(Exception):
-                await fut
+        while self._queue or self._writing:
+            if self._queue:
+                _, fut = self._queue[-1]
+                with contextlib.suppress(Exception):
+                    await fut
+            else:
+                with contextlib.suppress(Exception):
+                    await asyncio.gather(*self._writing, return_exceptions=True)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -338,11 +338,28 @@ def held_out_in(item: MemoryItem) -> str | None:
     return None
 
 
+class _Screened(dict[str, Any]):
+    """A row ``FeedbackMemory.add`` has just screened (masked, no held-out marker):
+    ``screened_row`` passes it as it is. Any other mapping given to ``Store.memory_add`` is
+    screened there (stop 53: ``add`` and the store each masked the text, rule and source, and a
+    reflection's text was masked four times on its way in)."""
+
+
+class _Masked(str):
+    """A text ``reflect`` has just masked (``redact_text`` of it stripped): ``add`` stores it
+    as it is. Any other text given to ``add`` is masked there."""
+
+    __slots__ = ()
+
+
 def screened_row(item: Mapping[str, Any]) -> dict[str, Any]:
     """``item`` (``MemoryItem.to_dict()``'s keys) as a store keeps it: ``add``'s screens run
     again in ``Store.memory_add``, which a caller may call straight, so no path into the store
     keeps a secret (invariant 9: its text, rule and source masked) or a held-out marker
-    (invariant 3: ``ConfigError`` naming where). What ``add`` screened comes through as it is."""
+    (invariant 3: ``ConfigError`` naming where). A row ``add`` screened itself
+    (``_Screened``) comes through as it is, not screened a second time."""
+    if type(item) is _Screened:
+        return item
     row = dict(item)
     text = row.get("text")
     if isinstance(text, str):
@@ -414,7 +431,8 @@ class FeedbackMemory:
         check_text(text, field="text")
         # Invariant 9: feedback is stored, indexed and shown to later actors; a secret in it
         # (a correction quoting a key, a reflection echoing one) is masked first.
-        text = redact_text(text.strip())
+        # (a text ``reflect`` masked already, to compare it with the kept notes: not again)
+        text = text.strip() if type(text) is _Masked else redact_text(text.strip())
         rule_obj = redact(_check_json(rule, "rule"))
         _no_held_out(rule_obj, "rule")
         if not text and not rule_obj:
@@ -452,7 +470,7 @@ class FeedbackMemory:
             created_at=now,
             updated_at=now,
         )
-        self.store.memory_add(item.to_dict())
+        self.store.memory_add(_Screened(item.to_dict()))  # (screened above: not again)
         return item
 
     def reflect(
@@ -474,7 +492,11 @@ class FeedbackMemory:
             for r in self.store.memory_query(scopes=[("task", task_key)], status="active")
             if r["signal"] == "reflection" and r["by"] == REFLECTOR
         ]  # newest first; at most ``keep`` once this has run
-        norm = normalise_text(redact_text(text))  # as ``add`` would store it
+        if not isinstance(text, str):
+            raise ConfigError("must be a string", field="text")
+        check_text(text, field="text")
+        masked = redact_text(text.strip())  # as ``add`` stores it: masked once, for both
+        norm = normalise_text(masked)
         for r in mine:
             if normalise_text(r["text"]) == norm:
                 return MemoryItem.from_dict(r), False
@@ -482,7 +504,7 @@ class FeedbackMemory:
             scope="task",
             scope_key=task_key,
             signal="reflection",
-            text=text,
+            text=_Masked(masked),
             source=source,
             by=REFLECTOR,
         )

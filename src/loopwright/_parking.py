@@ -16,7 +16,6 @@ from typing import Any
 
 from ._authority import EARNED_BY, audit, expire
 from ._cycle import _candidate
-from ._earned import authority_status, earned_counts
 from ._edit_check import CHECK_ONLY, effects_behind, judge, owed_after, say_behind
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError, RunNotFoundError
@@ -479,6 +478,8 @@ class Parking(RuntimeHost):
                 f"earned authority for {eff.kind} covers {grant.field} up to {grant.up_to:g}; "
                 f"the rule reads {field}, which is {value!r}"
             )
+        from ._earned import authority_status, earned_counts  # (a grant: not at import)
+
         counts = earned_counts(self.store, self.store.get_run(ex.run_id), eff.kind, call.args, who)
         standing = authority_status(self.store, loop.name, loop.version, [grant], counts)[0]
         if not standing.earned:

@@ -13,10 +13,12 @@ inside its cycles only (DESIGN §7).
 
 from __future__ import annotations
 
+import inspect
 import time
 import uuid
 
-from ._authority import audit, may_operate, refused
+from ._audit import audit_entry
+from ._authority import may_operate, refused
 from ._contract import TERMINAL_STATUSES, contract_from_snapshot
 from ._errors import ApprovalError, ConfigError, ConflictError
 from ._exec import Execution as _Exec
@@ -34,6 +36,20 @@ __all__ = ["PAUSE", "Pausing"]
 _NEXT = "paused by {by} (request {id}): loopwright unpause RUN to let it go on"
 
 
+def _checked_note(
+    host: RuntimeHost, who: str, action: str, on: str, origin: str, note: str | None
+) -> str | None:
+    """A person's note as stored (masked, invariant 9), or a ``ConfigError`` audited as the
+    refusal it is (with the reason, not the text: an escape sequence must not reach the log)."""
+    try:
+        check_given_text(note, field="note")
+        note = _printable_note(note)
+    except ConfigError as exc:
+        refused(host.store, who, action, on, origin=origin, why=exc)
+        raise
+    return redact_text(note) if note else note
+
+
 class Pausing(RuntimeHost):
     """A person's pause and its lifting (mixed into ``Runtime``)."""
 
@@ -48,13 +64,11 @@ class Pausing(RuntimeHost):
         pause and a refusal are audited."""
         if not isinstance(by, str) or not by.strip():
             raise ConfigError("a pause needs the name of who asked for it", field="by")
-        check_given_text(note, field="note")
-        note = _printable_note(note)
-        if note:
-            note = redact_text(note)  # invariant 9: what a person types is stored masked
         rec = self.store.get_run(run_id)
         on = f"run {rec.run_id}"
+        # who first: one who may not pause is refused (403 over HTTP) whatever they sent
         who = may_operate(self.store, by, "pause", on, origin=origin)
+        note = _checked_note(self, who, "pause", on, origin, note)
         if rec.status in TERMINAL_STATUSES:
             ended = ConflictError(
                 f"run {rec.run_id} already ended ({rec.status}); nothing to pause"
@@ -74,12 +88,20 @@ class Pausing(RuntimeHost):
             action_hash=approval_id,
             expires_at=None,
         )
+        # The record of the pause is written in the transaction that files it: one filed
+        # always has it, one refused or failed has none (it was written after: a process
+        # gone between the two left a pause no record said was made)
+        entry = audit_entry(who, "pause", on, origin=origin, request=approval_id, note=note)
+        in_tx = "audit" in inspect.signature(self.store.request_pause).parameters
         try:
-            filed = self.store.request_pause(rec.run_id, request, by=who, now=time.time())
+            filed = self.store.request_pause(
+                rec.run_id, request, by=who, now=time.time(), **({"audit": entry} if in_tx else {})
+            )
         except ConflictError as exc:  # ended meanwhile, or paused already
             refused(self.store, who, "pause", on, origin=origin, why=exc)
             raise
-        audit(self.store, who, "pause", on, origin=origin, request=approval_id, note=note)
+        if not in_tx:  # a store of one's own written before ``audit=``: after, as it was
+            self.store.audit_put(**entry)
         if self._on_phase is not None:  # (set by the crash tests only: a kill here)
             self._on_phase("pause_filed")
         try:
@@ -102,13 +124,26 @@ class Pausing(RuntimeHost):
     ) -> Approval:
         """Lift a run's pause: its pending ``pause`` request approved (as ``approve`` naming
         it does). A worker then claims the run (or ``resume`` continues it) where it stopped:
-        no cycle repeated or lost. ``ApprovalError`` when the run is not paused."""
+        no cycle repeated or lost. ``ApprovalError`` when the run is not paused (or ended).
+        Who may is who may pause; the lift is audited as the ``approve`` of the request, a
+        refusal (the role, a run not paused) as an ``unpause`` of the run."""
+        if not isinstance(by, str) or not by.strip():
+            raise ConfigError("an unpause needs the name of who lifts the pause", field="by")
         rec = self.store.get_run(run_id)
+        on = f"run {rec.run_id}"
+        who = may_operate(self.store, by, "unpause", on, origin=origin)
         pause = self._pause_pending(rec.run_id)
         if pause is None:
-            raise ApprovalError(f"run {rec.run_id} is not paused")
+            ended = rec.status in TERMINAL_STATUSES
+            no = ApprovalError(
+                f"run {rec.run_id} already ended ({rec.status}); nothing to unpause"
+                if ended
+                else f"run {rec.run_id} is not paused"
+            )
+            refused(self.store, who, "unpause", on, origin=origin, why=no)
+            raise no
         return self.approve(
-            rec.run_id, by=by, note=note, approval_id=pause.approval_id, origin=origin
+            rec.run_id, by=who, note=note, approval_id=pause.approval_id, origin=origin
         )
 
     # --- the engine's side ----------------------------------------------------------------

@@ -33,8 +33,7 @@ from ._loop import Loop, check_loop
 from ._question import Question
 from ._redact import redact, redact_text
 from ._redact_logs import masked_logger
-from ._reversal import offer_compensations
-from ._state import TaskState
+from ._state import TaskState, edits_dropped, said_dropped
 from .store import Approval, Checkpoint, ClosedApproval, NewEvent, RunRecord, Store
 from .store._records import PAUSE, past_expiry
 
@@ -352,6 +351,8 @@ class Decisions(RuntimeHost):
         )
         ex.state.pending = None
         loop = None if ex.loop is _NO_LOOP else ex.loop
+        from ._reversal import offer_compensations  # (not at the engine's import)
+
         pend, reqs = offer_compensations(
             self.store,
             ex.run_id,
@@ -476,6 +477,10 @@ class Decisions(RuntimeHost):
         )
         self._retire_failures(ex)
         ex.adopt(self.store, latest.state)
+        # A person's version the restored artifacts replace is said (the event, the note, a
+        # warning; the CLI prints it): the rollback dropped it unsaid, a part a person had
+        # approved by writing it put back to the loop's older version (effects53).
+        dropped = edits_dropped(cur, old)
         cur.artifacts = old.artifacts
         cur.reindex()
         cur.attach(lambda ref: self.store.versions(rec.run_id, ref))
@@ -497,7 +502,10 @@ class Decisions(RuntimeHost):
         cur.stall = 0
         cur.notes.append(
             {"kind": "rollback", "to_cycle": to_cycle, "from_cycle": cur.cycle, "by": by}
+            | ({"edits_dropped": dropped} if dropped else {})
         )
+        from ._reversal import offer_compensations  # (not at the engine's import)
+
         pend, reqs = offer_compensations(
             self.store,
             rec.run_id,
@@ -505,6 +513,7 @@ class Decisions(RuntimeHost):
             loop=loop,
             cycle=cur.cycle,
             why=f"{by} rolled the run back to cycle {to_cycle}",
+            redo=True,
         )
         cur.pending = pend
         self._note_not_offered(ex, loop)
@@ -521,9 +530,18 @@ class Decisions(RuntimeHost):
                     "offers": len((pend or {}).get("offers") or ()),
                     "irreversible": (pend or {}).get("irreversible") or [],
                     "in_doubt": doubt,
-                },
+                }
+                | ({"edits_dropped": dropped} if dropped else {}),
             )
         )
+        if dropped:
+            masked_logger("loopwright.runs").warning(
+                "run %s: the rollback to cycle %d by %s replaces %s",
+                rec.run_id[:12],
+                to_cycle,
+                by,
+                said_dropped(dropped),
+            )
         self._commit(
             ex,
             {"decision": "rollback", "to_cycle": to_cycle, "by": by},
@@ -538,6 +556,15 @@ class Decisions(RuntimeHost):
             approvals=reqs,
             closes=_closing(stale, by=by, note="rolled back"),
         )
+
+
+def rollback_dropped(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """The people's versions the run's latest rollback replaced (its ``rolled_back`` event's
+    ``edits_dropped``), for what the CLI and the dashboard say after one."""
+    for e in store.events_tail(run_id, before_id=None, limit=20):
+        if e.kind == "rolled_back":
+            return [dict(d) for d in e.data.get("edits_dropped") or ()]
+    return []
 
 
 # An effect started and not finished (a crash mid-effects): what ends or rewinds a run marks.

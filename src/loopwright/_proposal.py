@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import math
@@ -289,18 +290,23 @@ class Proposal:
 
     def unregistered(self) -> Proposal:
         """This proposal with each value given to ``register_secret`` (the process's own API
-        keys) masked in its parts' values, as written and in pieces (``_redact_runs``): taken
-        in so, before anything is verified, digested or stored, so the verifiers, the stored
-        version, the trace and the actor's next context all see the same masked value (a
-        part's value is otherwise the work itself, stored as written: docs/security.md).
-        Itself where none is there."""
+        keys) masked in its parts' values and its new plan steps' titles, as written and in
+        pieces (``_redact_runs``): taken in so, before anything is verified, digested or
+        stored, so the verifiers, the stored version and plan, the trace and the actor's next
+        context all see the same masked value (a part's value and a step are otherwise the
+        work itself, stored as written: docs/security.md). Itself where none is there."""
         edits = self.edits
         replace = self.replace
-        if not (edits or replace) or not any_registered():
+        steps = self.new_steps
+        if not (edits or replace or steps) or not any_registered():
             return self
-        values, new_replace = redact_registered([[e.value for e in edits], replace])
-        if all(v is e.value for v, e in zip(values, edits, strict=True)) and (
-            new_replace is replace
+        values, new_replace, titles = redact_registered(
+            [[e.value for e in edits], replace, [t.title for t in steps]]
+        )
+        if (
+            all(v is e.value for v, e in zip(values, edits, strict=True))
+            and new_replace is replace
+            and all(t is s.title for t, s in zip(titles, steps, strict=True))
         ):
             return self
         return shapes.stored(
@@ -311,7 +317,10 @@ class Proposal:
             ),
             new_replace,
             self.plan,
-            self.new_steps,
+            tuple(
+                s if t is s.title else dataclasses.replace(s, title=t)
+                for s, t in zip(steps, titles, strict=True)
+            ),
             self.note,
             self.usage,
             self.escalate,

@@ -11,11 +11,39 @@ from __future__ import annotations
 import base64
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ._redact_keys import LOWER_NEEDLES, LOWER_PREFIXES, PROVIDER_KEYS, mixed_case_key
 
 REDACTED = "***"
+
+
+class LazyPattern:
+    """A regular expression compiled when first used, not at import: every process that
+    imports the engine imported this module, and compiling ``_SHAPES`` (7,000 characters of
+    pattern) was its largest single cost at start-up (8 ms of a child's 130, suite53), paid
+    by processes most of which never meet a text that passes the pre-check. ``pattern`` is
+    the source, as ``re.Pattern.pattern``; the methods are the compiled pattern's."""
+
+    __slots__ = ("_compiled", "pattern")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self._compiled: re.Pattern[str] | None = None
+
+    def compiled(self) -> re.Pattern[str]:
+        if self._compiled is None:
+            self._compiled = re.compile(self.pattern)
+        return self._compiled
+
+    def match(self, s: str, pos: int = 0) -> re.Match[str] | None:
+        return self.compiled().match(s, pos)
+
+    def search(self, s: str, pos: int = 0) -> re.Match[str] | None:
+        return self.compiled().search(s, pos)
+
+    def sub(self, repl: Callable[[re.Match[str]], str] | str, s: str) -> str:
+        return self.compiled().sub(repl, s)
 
 
 def _value(bare: str) -> str:
@@ -236,7 +264,7 @@ _SHAPE_ALTERNATIVES: dict[str, str] = {
     r"|SK[0-9a-f]{32}(?![A-Za-z0-9]))",
     # (a JSON Web Token: ``_jwts``, before these)
 }
-_SHAPES = re.compile("|".join(_SHAPE_ALTERNATIVES.values()))
+_SHAPES = LazyPattern("|".join(_SHAPE_ALTERNATIVES.values()))
 # A JSON Web Token (header and payload are base64 JSON objects: ``eyJ`` is ``{"``): ``eyJ``
 # at a word's start and 5 or more characters, then ``.eyJ`` and 5 or more, then ``.`` and a
 # signature. Not an alternative of ``_SHAPES``: tried at every ``eyJ`` after a ``-`` (a word's
@@ -507,7 +535,7 @@ def _trie(words: Iterable[str]) -> str:
 # every character) are plain substring tests instead, which run in C at memory speed.
 _TRIGGER_IN: tuple[str, ...] = ("=", "://", "xox", "%3a%2f%2f", "-token", "-u")
 _TRIGGER_IN += tuple(t for t in _TRIGGERS if t.startswith("token"))
-_TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
+_TRIGGER = LazyPattern(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
 
 
 # Every trigger of ``_TRIGGER`` contains one of these (``gh`` stands for the five ``gh?_``,

@@ -15,11 +15,10 @@ the client libraries, which stay optional.
 
 from __future__ import annotations
 
-import email.message
-import email.utils
 import math
 import random
 import re
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -135,7 +134,10 @@ def _seconds(value: Any) -> float | None:
 def _header(headers: Any, name: str) -> Any:
     """``headers[name]`` matched case-insensitively, or ``None``."""
     try:
-        if isinstance(headers, email.message.Message):  # urllib's HTTPError.headers
+        # urllib's HTTPError.headers (an ``email`` message: one exists only where the module
+        # was imported; this module does not import it, 4 ms of every process's start)
+        message = sys.modules.get("email.message")
+        if message is not None and isinstance(headers, message.Message):
             return headers.get(name)
         if not isinstance(headers, Mapping):
             return None
@@ -176,6 +178,8 @@ def _parse_retry_after(value: Any, now: float | None) -> float | None:
     text = value.strip()
     if text[0].isdigit():  # delay-seconds; an HTTP-date starts with its day's name
         return _delay(text)
+    import email.utils  # (an HTTP-date: rare; imported here, see ``_header``)
+
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError, OverflowError):

@@ -48,6 +48,13 @@ class Reparked:
     requests: list[NewApproval]
 
 
+# Said of an irreversible effect with a run-scoped key that a rollback's redo may ask again.
+_AGAIN = (
+    ": it stands, and a redone cycle that asks for it runs it again (its key names the "
+    "cycle; a business key, key=, names the action and reuses it)"
+)
+
+
 def offer_compensations(
     store: Store,
     run_id: str,
@@ -57,10 +64,13 @@ def offer_compensations(
     cycle: int,
     why: str,
     keep: list[dict[str, Any]] | None = None,
+    redo: bool = False,
 ) -> tuple[dict[str, Any] | None, list[NewApproval]]:
     """The ``pending`` entry describing the offers (``None`` when there is nothing to offer
     or report) and the approval requests to persist with it. Offers in ``keep`` (made
-    earlier, perhaps already decided) stay as they are."""
+    earlier, perhaps already decided) stay as they are. ``redo``: the cycles are done again
+    (a rollback), so an irreversible effect whose key names its cycle is said to run again
+    when asked."""
     if loop is None:
         return None, []  # which effects can be undone is known only to the loop
     keep = keep or []
@@ -98,7 +108,11 @@ def offer_compensations(
             continue
         eff = loop.effect(name)
         if eff is None or eff.compensate_fn is None:
-            irreversible.append(f"{name} ({handed})")
+            # A run-scoped key names the cycle: the redo's cycle asking for the same action
+            # hands a new key and runs it a second time, beside the one that stands
+            # (effects53: the rollback listed it, and nothing said it would be done again).
+            again = redo and "action" not in e.data
+            irreversible.append(f"{name} ({handed})" + (_AGAIN if again else ""))
             continue
         args = dict(e.data.get("args") or {})
         # A rule naming the compensation itself ("pay.compensate") decides; otherwise it is

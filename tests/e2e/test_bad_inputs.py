@@ -281,7 +281,7 @@ def test_run_that_skipped_runs_held_by_another_process(project: Path) -> None:
 # --- the dashboard's start ----------------------------------------------------------------------
 def test_a_short_dashboard_token(project: Path) -> None:
     r = lw("ui", "--port", "0", cwd=project, env={"LOOPWRIGHT_UI_TOKEN": "abc"})
-    refused(r, "LOOPWRIGHT_UI_TOKEN", "8 characters")
+    refused(r, "LOOPWRIGHT_UI_TOKEN", "16 characters")
 
 
 def test_a_port_out_of_range(project: Path) -> None:

@@ -510,6 +510,19 @@ def test_runs_imports_neither_the_engine_nor_rich(tmp_path: Path) -> None:
     assert heavy.isdisjoint(mods), heavy & mods
 
 
+def test_help_imports_neither_the_store_nor_the_engine() -> None:
+    """(suite53) ``loopwright --help`` builds every command, so it imports every command's
+    module: those imported the people modules, the store's and with them asyncio at load
+    (1,120 M instructions, where the commands themselves cost about half). The help is the
+    same; the commands import what they use when they run."""
+    mods = _modules_after(
+        "import contextlib, io\nfrom loopwright.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()): assert main(['--help']) == 0"
+    )
+    heavy = {"loopwright.store", "loopwright._authority", "loopwright._loop", "asyncio", "rich"}
+    assert heavy.isdisjoint(mods), heavy & mods
+
+
 def test_memory_list_limit_is_the_newest_not_forgotten(tmp_path: Path) -> None:
     """``memory list --limit N``: the store applies the limit, per status, and forgotten items
     stay out unless asked for (so the N shown are the newest N one would see without it)."""

@@ -47,7 +47,7 @@ def test_pause_unpause_and_refusals(project: Path) -> None:
     up = cli("unpause", run_id, "--by", "bo", "--resume", cwd=project, store=store)
     assert up.returncode == 0, (up.stdout, up.stderr)
     assert f"unpaused run {run_id[:12]}" in up.stdout and "accepted" in up.stdout
-    assert "not paused" in _one_line_refusal(
+    assert "already ended (accepted); nothing to unpause" in _one_line_refusal(
         cli("unpause", run_id, "--by", "bo", cwd=project, store=store)
     )
     ended = cli("pause", run_id, "--by", "ana", cwd=project, store=store)

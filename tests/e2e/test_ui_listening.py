@@ -23,7 +23,7 @@ def test_the_address_printed_accepts_a_connection_at_once(tmp_path: Path) -> Non
     store = str(tmp_path / "ui.db")
     with lw.Runtime(store):
         pass
-    env = {**os.environ, "LOOPWRIGHT_UI_TOKEN": "tok-0123456789"}
+    env = {**os.environ, "LOOPWRIGHT_UI_TOKEN": "tok-0123456789-abcdef"}
     launch = "from loopwright.cli import _ui_cmd, main; raise SystemExit(main())"
     proc = subprocess.Popen(
         [sys.executable, "-c", launch, "ui", "--port", "0", "--store", store],

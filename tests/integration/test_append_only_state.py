@@ -136,9 +136,10 @@ _REFERENCE: dict[tuple[Callable[[], lw.Loop], int], dict[str, Any]] = {}
 def reference(k: int, make: Callable[[], lw.Loop] = make_loop) -> dict[str, Any]:
     """The outcome of an uninterrupted run of ``make()`` with snapshot interval ``k``."""
     if (make, k) not in _REFERENCE:
-        db = Path(tempfile.mkdtemp(prefix="lw-ref-")) / "ref.db"
-        assert run_with_crashes(db, k, [], make=make) == 0
-        _REFERENCE[make, k] = outcome(db)
+        with tempfile.TemporaryDirectory(prefix="lw-ref-") as folder:
+            db = Path(folder) / "ref.db"
+            assert run_with_crashes(db, k, [], make=make) == 0
+            _REFERENCE[make, k] = outcome(db)
     return _REFERENCE[make, k]
 
 
@@ -185,9 +186,10 @@ SLOW = settings(
 def test_a_run_crashed_anywhere_resumes_to_the_uninterrupted_state(
     k: int, crashes: list[tuple[str, int]]
 ) -> None:
-    db = Path(tempfile.mkdtemp(prefix="lw-crash-")) / "run.db"
-    run_with_crashes(db, k, crashes)
-    assert outcome(db) == reference(k)
+    with tempfile.TemporaryDirectory(prefix="lw-crash-") as folder:
+        db = Path(folder) / "run.db"
+        run_with_crashes(db, k, crashes)
+        assert outcome(db) == reference(k)
 
 
 # --- the same with a plan that changes every cycle -----------------------------------------------
@@ -238,9 +240,10 @@ def test_the_plan_reference_run_changes_its_plan_every_cycle() -> None:
 def test_a_run_whose_plan_changes_every_cycle_resumes_to_the_uninterrupted_state(
     k: int, crashes: list[tuple[str, int]]
 ) -> None:
-    db = Path(tempfile.mkdtemp(prefix="lw-plan-crash-")) / "run.db"
-    run_with_crashes(db, k, crashes, make=make_plan_loop)
-    assert outcome(db) == reference(k, make_plan_loop)
+    with tempfile.TemporaryDirectory(prefix="lw-plan-crash-") as folder:
+        db = Path(folder) / "run.db"
+        run_with_crashes(db, k, crashes, make=make_plan_loop)
+        assert outcome(db) == reference(k, make_plan_loop)
 
 
 def test_checkpoints_are_deltas_between_snapshots(tmp_path: Path) -> None:

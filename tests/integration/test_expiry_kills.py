@@ -164,8 +164,9 @@ def _in_process(db: str, work: Path, trial: tuple[str, list[tuple[str, int]]]) -
 def test_a_worker_crashed_on_the_expiry_path_escalates_once(
     trial: tuple[str, list[tuple[str, int]]],
 ) -> None:
-    work = Path(tempfile.mkdtemp(prefix="lw-xk-"))
-    _in_process(f"sqlite:///{work / 's.db'}", work, trial)
+    with tempfile.TemporaryDirectory(prefix="lw-xk-") as folder:
+        work = Path(folder)
+        _in_process(f"sqlite:///{work / 's.db'}", work, trial)
 
 
 @pytest.mark.postgres
@@ -180,8 +181,8 @@ def test_the_same_on_postgresql(trial: tuple[str, list[tuple[str, int]]]) -> Non
 
     base = pg_base_url()
     schema = f"lw_xk_{uuid.uuid4().hex[:12]}"
-    work = Path(tempfile.mkdtemp(prefix="lw-xk-"))
-    try:
-        _in_process(pg_create_schema(base, schema), work, trial)
-    finally:
-        pg_drop_schema(base, schema)
+    with tempfile.TemporaryDirectory(prefix="lw-xk-") as folder:
+        try:
+            _in_process(pg_create_schema(base, schema), Path(folder), trial)
+        finally:
+            pg_drop_schema(base, schema)

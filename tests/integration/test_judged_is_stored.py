@@ -337,8 +337,8 @@ OPS_ST = st.lists(OPS, max_size=8)
 def test_what_is_judged_is_what_is_stored_on_every_path(
     kinds: list[str], mutate_ctx: list[bool], ops: list[tuple[Any, ...]]
 ) -> None:
-    db = Path(tempfile.mkdtemp(prefix="lw-judged-")) / "run.db"
-    example(f"sqlite:///{db}", kinds, mutate_ctx, ops)
+    with tempfile.TemporaryDirectory(prefix="lw-judged-") as folder:
+        example(f"sqlite:///{Path(folder) / 'run.db'}", kinds, mutate_ctx, ops)
 
 
 @pytest.mark.postgres

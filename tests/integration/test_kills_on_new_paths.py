@@ -29,10 +29,22 @@ from hypothesis import strategies as st
 from support.crash import Crash, phase_hook
 
 _REF: dict[tuple[str, str, int], dict[str, Any]] = {}
+_TEMP: list[Path] = []  # this module's folder, under pytest's own temporary folder
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _folders_under_pytest_temp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Hypothesis examples cannot take ``tmp_path``; their folders go under one that pytest
+    owns and removes with its old runs, not loose in /tmp."""
+    _TEMP[:] = [tmp_path_factory.mktemp("newpaths")]
+
+
+def _folder(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=_TEMP[0] if _TEMP else None))
 
 
 def _sqlite() -> tuple[str, Path]:
-    work = Path(tempfile.mkdtemp(prefix="lw-np-"))
+    work = _folder("lw-np-")
     return f"sqlite:///{work / 's.db'}", work
 
 
@@ -135,7 +147,7 @@ def test_the_same_on_postgresql(trial: tuple[str, int, list[list[nk.Point]]]) ->
     scenario, k, crashes = trial
     schema = f"lw_np_{uuid.uuid4().hex[:12]}"
     db = pg_create_schema(base, schema)
-    work = Path(tempfile.mkdtemp(prefix="lw-np-"))
+    work = _folder("lw-np-")
     try:
         _play(db, work, scenario, crashes, k)
         assert nk.same(nk.outcome(db, work), reference(scenario, k)) == []
@@ -206,7 +218,7 @@ def _unkilled_prefix(db: str, work: Path, scenario: str, kills: list[list[str]])
     if first == 0 or db != f"sqlite:///{work / 's.db'}":
         return 0
     if (scenario, first) not in _PREFIXES:
-        played = Path(tempfile.mkdtemp(prefix="lw-np-prefix-"))
+        played = _folder("lw-np-prefix-")
         for step in steps[:first]:
             assert _step(f"sqlite:///{played / 's.db'}", played, scenario, step, None) == 0
         _PREFIXES[scenario, first] = played

@@ -15,7 +15,8 @@ names which write it is), and acts on it there:
 * a proxy that loses the answer of the COMMIT that ended the run (durable, the worker told the
   connection died): the worker reports the run ended (it said "interrupted");
 * ``approve`` and ``deny`` from two processes at once, both waiting on the request's row lock;
-* one run's row held locked while the worker's other leases must be renewed;
+* one run's row held locked while the worker's other leases must be renewed, and while its
+  other runs go on (their cycles committed while its commit waits);
 * workers whose host clocks are skewed (libfaketime), and five workers draining a queue while
   one, drawn by a seeded RNG, is SIGKILLed at drawn actor-call counts and replaced.
 
@@ -297,7 +298,7 @@ def test_a_worker_frozen_mid_write_is_fenced_when_thawed(faults: Faults, point: 
     if point == "commit":
         _to_the_point(f, a, point, 1)
         f.lift(gate)
-        f.until("A's commit waiting", lambda: f.waiting("lw_pg52_a", COMMIT[:1]), a)
+        f.until("A's commit waiting", lambda: f.waiting("lw_pg52_a", COMMIT), a)
         a.send_signal(signal.SIGSTOP)
         f.until("A frozen", lambda: _stopped(a))
         f.unlock()  # A's write goes through, then its transaction idles, A frozen
@@ -345,7 +346,7 @@ def test_the_lost_answer_of_the_commit_that_ended_a_run(faults: Faults) -> None:
     f.until("the third cycle's actor", lambda: len(f.lines("actors.log")) == 3, w)
     f.lock_runs()  # its next commit is the run's last: locked, then armed, then let go
     f.lift("actor_hold_3")
-    f.until("the last commit waiting", lambda: f.waiting("lw_pg52_l", COMMIT[:1]), w)
+    f.until("the last commit waiting", lambda: f.waiting("lw_pg52_l", COMMIT), w)
     (f.work / "arm").touch()
     f.unlock()
     f.until("the answer lost", (f.work / "fired").is_file, w)
@@ -452,6 +453,69 @@ def test_one_locked_run_does_not_stall_the_workers_other_leases(faults: Faults) 
     f.stop(w)
     assert f.said(w)["ended"] == {"accepted": 2}
     f.check([x, y])
+
+
+@pytest.mark.parametrize(("point", "marks"), [("commit", COMMIT), ("effect_result", FENCE)])
+def test_one_runs_blocked_write_does_not_stall_the_workers_other_runs(
+    faults: Faults, point: str, marks: tuple[str, ...]
+) -> None:
+    """Run A's row held locked by another session (a `cancel`, the dashboard, a person in
+    psql inside a transaction): A's next write (its cycle's commit; the journal write of its
+    payment's result) waits on the lock. It waited on the event loop (a group commit of one
+    is written there, an effect's journal always), so the worker's other runs, B and C, made
+    no progress at all until the lock went, and their leases, renewed from the same loop's
+    timers, could run out under the live worker (evloop53). Now B and C run to their end
+    while A's write waits; A then goes on from where it was, nothing written or paid twice."""
+    f = faults
+    pay = point != "commit"  # (no payment: each cycle's one write is its commit)
+    a, b, c = f.create(3, pay=pay)
+    f.hold("actor_hold_t1")
+    f.hold("actor_hold_t2")
+    f.hold("effect_hold" if pay else "actor_hold_t0")
+    w = f.worker("lw_ev53_w", "--lease-ttl", "600", "--concurrency", "3")
+    f.until("every actor called", lambda: len(f.lines("actors.log")) >= 3, w)
+    if pay:  # A inside its payment, its intent journaled
+        f.until("A paying", lambda: f.lines("attempts.log"), w)
+    import psycopg
+
+    lock = psycopg.connect(f.base)
+    lock.execute(f'SET search_path TO "{f.schema}"')
+    lock.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (a,)).fetchall()
+    try:
+        f.lift("effect_hold" if pay else "actor_hold_t0")
+        f.until("A's write waiting on the lock", lambda: f.waiting("lw_ev53_w", marks), w)
+        before = dict(f.sql("SELECT run_id, count(*) FROM checkpoints GROUP BY run_id"))
+        f.lift("actor_hold_t1")
+        f.lift("actor_hold_t2")
+        # B and C's cycles, while A's write still waits (the lock is held until `finally`):
+        # blocked behind it, they never come, and PATIENCE, a bound only that hang reaches,
+        # fails the test.
+        f.until(
+            "B and C accepted while A's write waits",
+            lambda: (
+                {r[0] for r in f.sql("SELECT run_id FROM runs WHERE status='accepted'")} == {b, c}
+            ),
+            w,
+        )
+        assert f.waiting("lw_ev53_w", marks), "A's write stopped waiting on the lock"
+        after = dict(f.sql("SELECT run_id, count(*) FROM checkpoints GROUP BY run_id"))
+        assert after[a] == before[a]  # nothing of A's written past the lock
+        assert after[b] - before[b] >= 3 and after[c] - before[c] >= 3, (before, after)
+        # one lease each, never taken over: their checkpoints since creation's (token 0)
+        # under one fencing token
+        tokens = f.sql(
+            "SELECT run_id, count(DISTINCT fencing_token) FROM checkpoints "
+            "WHERE fencing_token > 0 GROUP BY run_id"
+        )
+        assert dict(tokens) == {a: 1, b: 1, c: 1}, tokens
+    finally:
+        lock.rollback()
+        lock.close()
+    f.until("every run accepted", lambda: f.all_accepted(3), w)
+    f.stop(w)
+    said = f.said(w)
+    assert said["ended"] == {"accepted": 3} and said["errors"] == 0, said
+    f.check([a, b, c])
 
 
 @pytest.mark.skipif(shutil.which("faketime") is None, reason="needs faketime (apt: faketime)")

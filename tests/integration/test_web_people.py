@@ -186,6 +186,7 @@ def test_refused_sign_ins_are_recorded_once_per_source_and_window(tmp_path: Path
     app = create_app(store, token=SERVER_TOKEN, identity="server")
     now = [1000.0]
     app.state.sign_ins.clock = lambda: now[0]
+    app.state.backoff.limit = 10**6  # what is recorded, not the 429 past the limit (below)
 
     def refused() -> list[dict[str, object]]:
         with lw.Runtime(store) as rt:
@@ -375,6 +376,7 @@ def _refusals_counted(
     app = create_app(store, token=SERVER_TOKEN, identity="server")
     now = [1000.0]
     app.state.sign_ins.clock = lambda: now[0]
+    app.state.backoff.limit = 10**6  # what is recorded, not the 429 past the limit (below)
 
     def refused() -> list[tuple[str, str, str, object]]:
         with lw.Runtime(store) as rt:

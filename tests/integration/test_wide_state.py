@@ -94,14 +94,15 @@ _RUNS: dict[tuple[int, bool], dict[str, Any]] = {}
 
 def reference(k: int, *, full: bool = False) -> dict[str, Any]:
     if (k, full) not in _RUNS:
-        db = Path(tempfile.mkdtemp(prefix="lw-wide-")) / "ref.db"
-        if full:
-            with pytest.MonkeyPatch.context() as m:
-                m.setattr(_checkpoint, "SNAPSHOT_SHARE", 10**9)
-                run_with_crashes(db, 1, [])
-        else:
-            run_with_crashes(db, k, [])
-        _RUNS[(k, full)] = outcome(db)
+        with tempfile.TemporaryDirectory(prefix="lw-wide-") as folder:
+            db = Path(folder) / "ref.db"
+            if full:
+                with pytest.MonkeyPatch.context() as m:
+                    m.setattr(_checkpoint, "SNAPSHOT_SHARE", 10**9)
+                    run_with_crashes(db, 1, [])
+            else:
+                run_with_crashes(db, k, [])
+            _RUNS[(k, full)] = outcome(db)
     return _RUNS[(k, full)]
 
 
@@ -146,9 +147,10 @@ def test_snapshots_are_spaced_by_the_number_of_parts(tmp_path: Path) -> None:
 def test_a_wide_run_crashed_anywhere_resumes_to_the_uninterrupted_state(
     k: int, crashes: list[tuple[str, int]]
 ) -> None:
-    db = Path(tempfile.mkdtemp(prefix="lw-wide-crash-")) / "run.db"
-    run_with_crashes(db, k, crashes)
-    assert outcome(db) == reference(50, full=True)
+    with tempfile.TemporaryDirectory(prefix="lw-wide-crash-") as folder:
+        db = Path(folder) / "run.db"
+        run_with_crashes(db, k, crashes)
+        assert outcome(db) == reference(50, full=True)
 
 
 def test_listing_checkpoints_resolves_each_state_when_read(tmp_path: Path) -> None:

@@ -195,3 +195,57 @@ def test_a_runtime_given_a_provider_loads_the_live_tracer(tmp_path: Path) -> Non
     # here, so a provider whose tracer is never used stands in for one).
     loaded = _trace_modules_after_runtime(tmp_path, {}, kwargs=", tracer_provider=Provider()")
     assert "loopwright.trace._live" in loaded
+
+
+# What a process that runs loops pays for at start-up (suite53): every SIGKILL trial's child,
+# every worker and every CLI command that drives runs imports ``Runtime`` and ``Loop``. These
+# are imported where they are used (an effect, a person's edit, a grant, a reversal, an
+# HTTP-date in a Retry-After, a mistyped store's name, a new token), not with the engine.
+_STARTUP = """
+import json, sys, loopwright as lw
+from loopwright import _redact_shapes as shapes
+lw.Runtime, lw.Loop
+print(json.dumps({
+    "modules": sorted(sys.modules),
+    # (a pattern compiled at import, re.Pattern, has no ``_compiled``: it counts as compiled)
+    "compiled": [
+        n for n in ("_SHAPES", "_TRIGGER") if getattr(getattr(shapes, n), "_compiled", 1) is not None
+    ],
+}))
+"""
+NOT_AT_STARTUP = {
+    "email.message",
+    "email.utils",
+    "difflib",
+    "secrets",
+    "loopwright._effect_run",
+    "loopwright._earned",
+    "loopwright._reversal",
+}
+
+
+def test_importing_the_engine_loads_only_what_running_a_loop_needs() -> None:
+    import json
+    import os
+    import subprocess
+
+    import loopwright
+
+    env = {**os.environ, "PYTHONPATH": str(Path(loopwright.__file__).resolve().parents[1])}
+    out = subprocess.run(
+        [sys.executable, "-c", _STARTUP], env=env, capture_output=True, text=True, check=True
+    )
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert NOT_AT_STARTUP.isdisjoint(seen["modules"]), NOT_AT_STARTUP & set(seen["modules"])
+    # the redaction net's shapes (7,000 characters of pattern): compiled by the first text
+    # that passes the pre-check, not at import
+    assert seen["compiled"] == []
+
+
+def test_the_shapes_compiled_on_first_use_mask_as_before() -> None:
+    from loopwright import _redact_shapes as shapes
+    from loopwright._redact import redact_text
+
+    assert redact_text("token=abcdefgh1234 and sk-" + "a" * 40) == "token=*** and ***"
+    assert shapes._SHAPES.compiled() is shapes._SHAPES.compiled()  # (once, then kept)
+    assert shapes._SHAPES.compiled().pattern == shapes._SHAPES.pattern

@@ -144,3 +144,23 @@ def test_unregistered_proposal_masks_a_key_in_a_mapping_key() -> None:
     assert KEY not in json.dumps(masked.to_dict())
     assert masked.digest() != proposal.digest()
     assert masked.unregistered() is masked  # masking twice changes nothing (digest stable)
+
+
+def test_registering_grows_with_distinct_values_only_and_ignores_empty_or_short_ones() -> None:
+    """The registry only grows, for the life of the process: by each distinct value given, not
+    by use (an adapter is built or unpickled again for every task of a long-lived worker), and
+    not at all by a value that would mask ordinary text (empty, blank, one character, short
+    once stripped, a local server's placeholder key)."""
+    from loopwright import _redact_runs
+
+    size, pieces = len(_redact._registered), len(_redact_runs._index[0][2])
+    for _ in range(1000):
+        register_secret(KEY)
+        register_secret(f"  {KEY}\n")  # as read from a file: the same value
+    for value in ("", "   ", "a", " a ", "ab12x", "     a     ", "EMPTY", "not-needed", None):
+        register_secret(value)
+    assert (len(_redact._registered), len(_redact_runs._index[0][2])) == (size, pieces)
+    assert redact_text("a banana and an apple") == "a banana and an apple"
+    register_secret(OTHER)  # a rotated key: both masked from now on
+    assert len(_redact._registered) > size and len(_redact_runs._index[0][2]) > pieces
+    assert redact_text(f"{KEY} {OTHER}") == f"{REDACTED} {REDACTED}"

@@ -191,3 +191,29 @@ def test_when_a_run_was_created_is_told_on_the_clock_that_wrote_it(
         print_runs([rec], 1, width=200, now=time.time() + skew)  # the store's clock, skewed
         out = " ".join(capsys.readouterr().out.split())
         assert "2m ago" in out, out  # before: "1h ago", then "0s ago"
+
+
+def test_the_interrupted_hint_is_typable_as_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`show` (and the `runs` cell) said "interrupted? …: loopwright resume", naming neither
+    the run nor the ``--store`` the person gave: copied as printed, it read the default store
+    (newuser52's rule, ``store_flag``, which the other hints follow)."""
+    from loopwright.cli import _options
+    from loopwright.cli._table import interrupted
+
+    rec = _record(tmp_path)
+    run = dataclasses.replace(
+        rec, status="running", stop_reason=None, ended_at=None, lease_owner=None,
+        lease_expires_at=None, spec_ref="loop.toml",
+    )  # fmt: skip
+    monkeypatch.setitem(_options._GIVEN, "store", "my runs.db")
+    said = interrupted(run, time.time())
+    assert said == (
+        f"interrupted? no process is running it: loopwright resume {rec.run_id[:12]} "
+        "--store 'my runs.db'"
+    )
+    monkeypatch.setitem(_options._GIVEN, "store", None)  # $LOOPWRIGHT_STORE or the default
+    assert interrupted(run, time.time()) == (
+        f"interrupted? no process is running it: loopwright resume {rec.run_id[:12]}"
+    )

@@ -33,6 +33,7 @@ from ._endpoint import (
     no_api_key,
     normalise_base_url,
     public_url,
+    register_endpoint,
 )
 from ._limits import Limits
 from ._prices import Priced, PriceOverride
@@ -164,6 +165,7 @@ class _ChatClient(SdkClients):
             key = "not-needed"  # local servers (Ollama, vLLM without --api-key) ignore it
         self._api_key = key
         register_secret(key)  # masked wherever it might be echoed (a 401 body, a log line)
+        register_endpoint(self._endpoint)  # and the URL's credentials, from now on too
         self.system_prompt = system_prompt
         self.temperature = None if temperature is None else float(temperature)
         self.timeout_s = float(timeout_s)
@@ -203,6 +205,7 @@ class _ChatClient(SdkClients):
         self._aclients = _async_clients()
         self._gate()
         register_secret(self._api_key)  # a worker process masks it too
+        register_endpoint(self._endpoint)
 
     # --- the call ---------------------------------------------------------------------------
     _no_sdk = _NO_SDK

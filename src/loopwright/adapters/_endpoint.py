@@ -109,6 +109,16 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
+def register_endpoint(endpoint: str) -> None:
+    """Register ``endpoint``'s credentials as secrets now (its ``user:password@``, the Basic
+    token made of it, credential-like query values): what ``sdk_endpoint`` registers when the
+    first client is built, done where the adapter is built (and unpickled in a worker), so
+    what a process masks depends on the loop it built, not on which adapters it has called
+    yet (an actor's edit is taken in before the first reviewer call of a process: the
+    reviewer's URL password was not masked in it, in that process only)."""
+    sdk_endpoint(endpoint)
+
+
 def sdk_endpoint(endpoint: str) -> dict[str, Any]:
     """The SDK client's ``base_url``, ``default_headers`` and ``default_query`` for
     ``endpoint``: its ``user:password@`` as a Basic ``Authorization`` header, and its query

@@ -26,6 +26,7 @@ from ._endpoint import (
     no_api_key,
     normalise_base_url,
     public_url,
+    register_endpoint,
 )
 from ._image_data import _size_ok
 from ._image_reply import ImagePrice, ImageResult
@@ -92,6 +93,7 @@ class _ImageClient(SdkClients):
             key = "not-needed"
         self._api_key = key
         register_secret(key)
+        register_endpoint(self._endpoint)
         self.size = size
         self.quality = quality
         if response_format == "auto":
@@ -136,6 +138,7 @@ class _ImageClient(SdkClients):
         self._lock = threading.Lock()
         self._gate()
         register_secret(self._api_key)
+        register_endpoint(self._endpoint)
 
     _no_sdk = _NO_SDK
 

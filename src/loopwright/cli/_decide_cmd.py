@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from .._errors import ConfigError
-from .._reuse_now import as_now
 from ._app import (
     APPROVALS_SHOWN,
     ByOpt,
@@ -57,6 +56,8 @@ def approvals(
     # of a store where thousands wait. --limit 0 for every one.
     shown = APPROVALS_SHOWN if limit is None else limit
     status = None if all_ else "pending"
+    from .._reuse_now import as_now  # (the store's modules: not at the CLI's start-up)
+
     with open_existing(store) as st:
         if shown:
             reqs = st.page_approvals(status=status, limit=shown + 1)
@@ -231,6 +232,9 @@ def _decide(
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
         who = acting_as(rt.store, by, token, action=how, target=f"run {rec.run_id}")
+        # --resume of a run no spec file here loads: refused before the decision is made
+        # (it was made, then the resume refused: an error for a decision that happened)
+        loop = _loop_for(rec) if resume_now else None
         names = {"by": "--by", "note": "--note", "request": "--request", "answer": "ANSWER"}
         with as_options(**names):
             if how == "answer":
@@ -253,10 +257,10 @@ def _decide(
             f"{decided.decided_by}"
             + (f": {decided.answer!r}" if decided.answer is not None else "")
         )
-        if resume_now:
+        if loop is not None:
             from ._interrupt import run_async
 
-            result = run_async(rt.resume(rec.run_id, _loop_for(rec)))
+            result = run_async(rt.resume(rec.run_id, loop))
             say(f"run {rec.run_id[:12]}: {result.status} ({result.stop_reason or '-'})")
             from ._tasks import exit_code_for
 
@@ -339,6 +343,7 @@ def pause(
         with as_options(by="--by", note="--note"):
             filed = rt.pause(rec.run_id, by=who, note=note, origin="cli")
         now = rt.store.get_run(rec.run_id)
+        me = "--token T" if rt.store.has_users() else "--by NAME"
     short = rec.run_id[:12]
     say(
         f"run {short}: paused by {who} (request {filed.approval_id})"
@@ -346,7 +351,8 @@ def pause(
         else f"run {short}: pause requested by {who} (request {filed.approval_id}): it parks at "
         "its next cycle boundary; the cycle under way finishes first"
     )
-    say(f"let it go on with: loopwright unpause {short}")
+    # typable as printed: the store it was given (as the other hints: store_flag)
+    say(f"let it go on with: loopwright unpause {short}{store_flag()} {me}")
 
 
 @app.command(short_help="Let a paused run go on where it stopped.")
@@ -367,19 +373,20 @@ def unpause(
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
         who = acting_as(rt.store, by, token, action="unpause", target=f"run {rec.run_id}")
+        loop = _loop_for(rec) if resume_now else None  # (refused before the pause is lifted)
         with as_options(by="--by", note="--note"):
             lifted = rt.unpause(rec.run_id, by=who, note=note, origin="cli")
         say(f"unpaused run {rec.run_id[:12]} (request {lifted.approval_id}) by {who}")
-        if resume_now:
+        if loop is not None:
             from ._interrupt import run_async
             from ._tasks import exit_code_for
 
-            result = run_async(rt.resume(rec.run_id, _loop_for(rec)))
+            result = run_async(rt.resume(rec.run_id, loop))
             say(f"run {rec.run_id[:12]}: {result.status} ({result.stop_reason or '-'})")
             raise typer.Exit(exit_code_for([result.status]))
         left = rt.store.approvals(run_id=rec.run_id, status="pending")
         if left:
-            say(f"it still waits on {len(left)} request(s): loopwright approvals")
+            say(f"it still waits on {len(left)} request(s): loopwright approvals{store_flag()}")
         else:
             say(continue_hint(rec))
 
@@ -443,6 +450,8 @@ def rollback(
     approval policy and run on the next `loopwright resume`.
     """
     from .._engine import Runtime
+    from .._people import rollback_dropped
+    from .._state import said_dropped
     from ._render import say
 
     if to_cycle < 0:
@@ -465,8 +474,11 @@ def rollback(
             else 0
         )
         reversal = _reversal(rt.store, rec.run_id)
+        dropped = rollback_dropped(rt.store, rec.run_id)
         me = "--token T" if rt.store.has_users() else "--by NAME"
     say(f"run {rec.run_id[:12]}: rolled back to cycle {to_cycle}, now {rec.status}")
+    if dropped:
+        say(f"  replaces {said_dropped(dropped)}", style="yellow")
     _print_reversal(rec.run_id, reversal, done, "Runtime.rollback(run, N, by=..., loop=...)", me)
     if rec.status != "awaiting_approval":
         say(continue_hint(rec))

@@ -4,16 +4,18 @@ version of a part. Thin over ``Runtime.fork`` and ``Runtime.edit`` (``loopwright
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from .._errors import ConfigError
 from .._json import strict_loads
-from ..store import RunRecord, Store
 from ._app import ByOpt, NoteOpt, RunArg, StoreOpt, TokenOpt, app, as_options, continue_hint
 from ._people_cmd import acting_as
 from ._stores import existing_store
+
+if TYPE_CHECKING:
+    from ..store import RunRecord, Store
 
 __all__ = ["edit", "fork"]
 

@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
@@ -24,9 +24,11 @@ from .._memory import (
     Scope,
     Signal,
 )
-from ..store import Store
 from ._app import JsonOpt, StoreOpt, TokenOpt, _print_json, app, as_options, by_name, new_typer
 from ._stores import open_existing, open_or_create
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 __all__ = ["memory_app"]
 

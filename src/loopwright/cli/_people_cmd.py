@@ -14,25 +14,18 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from .._authority import (
-    BUILTIN_ROLES,
-    audit,
-    check_role_name,
-    hash_token,
-    new_token,
-    permits,
-    require,
-)
-from .._earned import standings
 from .._errors import ConfigError, NotPermittedError
-from .._keys import unprintable
-from ..store import Store, UserRecord
 from ._app import JsonOpt, StoreOpt, TokenOpt, _print_json, app, new_typer
 from ._stores import open_existing, open_or_create
+
+# The people modules (and with them the store's) are imported by the commands that use them,
+# not when the CLI starts: `loopwright --help` lists this module's commands (suite53).
+if TYPE_CHECKING:
+    from ..store import Store, UserRecord
 
 __all__ = ["acting_as", "starter", "users_app"]
 
@@ -48,6 +41,8 @@ def acting_as(store: Store, by: str | None, token: str | None, *, action: str, t
     """The name a command acts under: the token's user in a store with users (a typed
     ``--by`` must match it), else ``--by`` or the OS user. ``target`` (``run ID``) is what a
     refusal for a missing or unknown token is recorded against: what was asked, not ``cli``."""
+    from .._authority import audit, hash_token
+
     token = (token or "").strip() or None
     if not store.has_users():
         return (by or "").strip() or getpass.getuser()
@@ -80,6 +75,8 @@ def acting_as(store: Store, by: str | None, token: str | None, *, action: str, t
 
 def _typed_by(by: str | None) -> str | None:
     """A typed ``--by`` as the audit detail may keep it: printable, at most 64 characters."""
+    from .._keys import unprintable
+
     name = (by or "").strip()
     if not name or len(name) > 64 or unprintable(name) is not None:
         return None
@@ -92,6 +89,8 @@ def starter(store: Store, token: str | None, *, target: str, **detail: Any) -> s
     users: the user of the token (``--token``, else ``$LOOPWRIGHT_TOKEN``), who must be allowed
     to operate (an operator or an admin); no token, a token naming no user, or a user who may
     not operate is refused and audited, never replaced by the OS user."""
+    from .._authority import audit, require
+
     if not store.has_users():
         return getpass.getuser()
     if token is None:
@@ -126,6 +125,8 @@ def _limits(values: list[str] | None) -> dict[str, float | None]:
 
 def _admin(store: Store, token: str | None, action: str, target: str) -> str:
     """The admin doing a user change (anyone may add the first user, an admin)."""
+    from .._authority import audit, permits
+
     who = acting_as(store, None, token, action=action, target=target)
     if store.has_users():
         user = store.get_user(who)
@@ -166,6 +167,9 @@ def users_add(
 ) -> None:
     """Add a user and print their first token. The first user must be an admin; after that
     only an admin (their token) adds users."""
+    from .._authority import BUILTIN_ROLES, audit, check_role_name, hash_token, new_token
+    from .._keys import unprintable
+
     name = name.strip()
     if (
         not name
@@ -232,6 +236,8 @@ def users_token(
     An admin may do it for anyone, a user for themself. Who asks is checked before the name
     is looked up: "no user 'x'" is an admin's answer only (it answered anyone, token or none,
     and so told whether a user exists)."""
+    from .._authority import audit, hash_token, new_token, permits
+
     with open_existing(store) as st:
         if not st.has_users():
             raise ConfigError("this store has no users: add one with `loopwright users add`")
@@ -256,6 +262,8 @@ def users_revoke(
     store: StoreOpt = None,
 ) -> None:
     """Revoke NAME and their tokens, at once (their past decisions stay on record)."""
+    from .._authority import audit, permits
+
     with open_existing(store) as st:
         if not st.has_users():
             raise ConfigError("this store has no users", field="NAME")
@@ -320,6 +328,7 @@ def authority(
     from rich.markup import escape
     from rich.table import Table
 
+    from .._earned import standings
     from ._render import console, say
 
     with open_existing(store) as st:

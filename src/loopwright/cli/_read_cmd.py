@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from .._errors import ConfigError, check_choice
-from .._reuse_now import as_now
 from ._options import JsonOpt, RunArg, StoreOpt, _print_json
 from ._root_app import app
 from ._stores import open_existing, unknown_filters
@@ -143,6 +142,7 @@ def show(
         from .._finishing import ended_inside
         from .._lineage import fork_lineage
         from .._mid_cycle_records import by_id
+        from .._reuse_now import as_now
         from ._render import (
             REUSE_REFUND_EVENTS,
             SKIP_EVENTS,
@@ -205,6 +205,7 @@ def _write_show_json(st: Store, rec: RunRecord) -> None:
     cycle's record, its approvals, journal and events — the document ``json.dumps`` would
     print, written while the versions and records are read page by page."""
     from .._lineage import fork_lineage
+    from .._reuse_now import as_now
     from ._json_stream import Lazy, Open, write_json
 
     run_id = rec.run_id

@@ -230,7 +230,14 @@ def interrupted(r: RunRecord, now: float) -> str | None:
     the store's clock, as the lease is set: on PostgreSQL the server's.)"""
     if r.status != "running":
         return None
-    how = "loopwright resume" if r.spec_ref else "resume it from Python"
+    from ._options import store_flag
+
+    # typable as printed: the run, and the store it was found in when --store named it
+    how = (
+        f"loopwright resume {r.run_id[:12]}{store_flag()}"
+        if r.spec_ref
+        else "resume it from Python"
+    )
     if r.lease_expires_at is None:
         return f"interrupted? no process is running it: {how}"
     if r.lease_expires_at >= now:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
@@ -9,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .._authority import check_person
 from .._errors import ConfigError
+from .._redact_logs import mask
 from ._app import StoreOpt, app
 from ._notify_opts import NotifyEndsOpt, NotifyOpt, NotifySecretOpt, notify_config, notify_line
 from ._stores import existing_store
@@ -134,6 +135,8 @@ def ui(
     token = os.environ.get("LOOPWRIGHT_UI_TOKEN") or secrets.token_urlsafe(24)
     check_token(token, "$LOOPWRIGHT_UI_TOKEN")
     name = identity or os.environ.get("LOOPWRIGHT_UI_IDENTITY") or "operator"
+    from .._authority import check_person  # (not at the CLI's start-up)
+
     check_person(name, field="--as" if identity else "$LOOPWRIGHT_UI_IDENTITY")
     private = not _is_loopback(host)
     names = [host, *(allow_host or [])]
@@ -215,6 +218,11 @@ def _serve(
         typer.echo("non-loopback host: every page and API call needs the token")
     if private:
         typer.echo(f"answers to Host: {', '.join(hosts)} (add names with --allow-host)")
+    # The server's own loggers masked as loopwright's are (invariant 9): uvicorn logs a route's
+    # failure with its traceback (an exception's message may quote a key), and an access line
+    # would hold the query string. Their filters outlive the logging config uvicorn installs.
+    for logger in ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi"):
+        mask(logging.getLogger(logger))
     # No access log: a token in a URL (an old /login?token= link) must not end up in it. The
     # socket is already bound.
     # Open event streams (/api/events) would hold a graceful shutdown forever: a few seconds.

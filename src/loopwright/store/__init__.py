@@ -9,7 +9,6 @@ connection pool; other query parameters go to libpq (``sslmode``, ``connect_time
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Callable
@@ -166,6 +165,8 @@ def missing_pg_schema(url: str) -> tuple[str, str, str] | None:
 
 
 def _near(name: str, stores: list[str]) -> str:
+    import difflib  # (a mistyped store's name only)
+
     close = difflib.get_close_matches(name, stores, n=1)
     if close:
         return f"; did you mean {close[0]!r}?"

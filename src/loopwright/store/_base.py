@@ -68,6 +68,14 @@ __all__ = [
 class Store(LiveStore, PeopleStore, CheckpointsStore, CommitStore, JournalStore, MemoryStore, ABC):
     """Durable storage for runs, checkpoints, events and approvals."""
 
+    # Whether one run's write can wait (on a row lock another session holds) while other runs'
+    # writes go through: PostgreSQL. The engine then writes a cycle's commits, and a run's
+    # lease and journal writes, from threads, so that a run whose row is locked does not stop
+    # the event loop every run of the process shares (evloop53). False (SQLite, the default
+    # for a store of one's own): one write lock for the whole store, which every run's next
+    # write waits on anyway; written on the event loop, which costs less (docs/decisions.md).
+    concurrent_writers: bool = False
+
     def __repr__(self) -> str:
         where = getattr(self, "url", None)
         return f"<{type(self).__name__} {where}>" if where else super().__repr__()

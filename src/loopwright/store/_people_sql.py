@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -251,14 +251,28 @@ class PeopleSQL(PeopleStore):
         detail: dict[str, Any],
         now: float,
     ) -> int:
+        entry = {"actor": actor, "action": action, "target": target, "outcome": outcome}
         with self._tx() as conn:
-            row = conn.execute(
-                self._p(
-                    "INSERT INTO audit(at, actor, action, target, outcome, origin, detail) "
-                    "VALUES(?,?,?,?,?,?,?) RETURNING audit_id"
-                ),
-                (now, actor, action, target, outcome, origin, self._js(detail)),
-            ).fetchone()
+            return self._audit_row(conn, {**entry, "origin": origin, "detail": detail, "now": now})
+
+    def _audit_row(self, conn: Any, entry: Mapping[str, Any]) -> int:
+        """Write one audit record (``audit_put``'s fields) in ``conn``'s transaction: that
+        of the action it records, where the two must stand or fall together (a pause)."""
+        row = conn.execute(
+            self._p(
+                "INSERT INTO audit(at, actor, action, target, outcome, origin, detail) "
+                "VALUES(?,?,?,?,?,?,?) RETURNING audit_id"
+            ),
+            (
+                entry["now"],
+                entry["actor"],
+                entry["action"],
+                entry["target"],
+                entry["outcome"],
+                entry["origin"],
+                self._js(entry["detail"]),
+            ),
+        ).fetchone()
         return int(row[0])
 
     def audit(

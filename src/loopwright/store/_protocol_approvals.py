@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any
 
 from .._errors import StoreError
@@ -131,10 +132,21 @@ class ApprovalsStore(ABC):
     def request_cancel(self, run_id: str) -> RunRecord:
         """Flag the run for cancellation; the executor honours it at the next cycle boundary."""
 
-    def request_pause(self, run_id: str, request: NewApproval, *, by: str, now: float) -> Approval:
+    def request_pause(
+        self,
+        run_id: str,
+        request: NewApproval,
+        *,
+        by: str,
+        now: float,
+        audit: Mapping[str, Any] | None = None,
+    ) -> Approval:
         """File a person's pause: ``request`` (kind ``pause``) written pending, with a
         ``pause_requested`` event, atomically with the checks that the run has not ended
-        (``ConflictError``) and has no pending pause (``ConflictError``). A pending request
+        (``ConflictError``) and has no pending pause (``ConflictError``); and ``audit``, the
+        audit record of the filing (``audit_put``'s fields), in the same transaction, so that
+        a pause filed has its record and one refused or failed has none (a store written
+        before ``audit`` has the engine write it after, with ``audit_put``). A pending request
         keeps a parked run from being claimed (``open_requests``); an executing run learns of
         it from its next commit, which reports it (``commit``'s flag), and parks. A store
         whose commit reports only cancellation has the run pause when it is next resumed.

@@ -18,7 +18,15 @@ from ._records import CommitRequest, Event, NewApproval, NewEvent, VersionRow
 if TYPE_CHECKING:
     from ._base import Store
 
-__all__ = ["CommitStore"]
+__all__ = ["CommitStore", "RunBusy"]
+
+
+class RunBusy(StoreError):
+    """A commit of ``commit_many`` left out of its batch: its run's row is held locked by
+    another session (PostgreSQL: a ``cancel``, the dashboard, a person in ``psql`` inside a
+    transaction), so nothing of it was written; the others of the batch were. The group
+    committer writes it again alone, waiting on the lock there while the other runs go on
+    (evloop53). Only a batch of several runs leaves one out: a lone commit waits."""
 
 
 class CommitStore(ApprovalsStore):

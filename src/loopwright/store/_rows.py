@@ -12,6 +12,9 @@ from typing import Any
 
 from .._errors import StaleLeaseError, StoreError
 from .._record_codec import pack as pack_record
+from ._protocol_commit import (
+    RunBusy,  # (the commit protocol's: the engine's group committer catches it)
+)
 from ._records import Approval, CommitRequest, NewApproval, NewEvent, VersionRow
 
 Row = tuple[Any, ...]
@@ -48,6 +51,10 @@ class BatchRefused(Exception):
     that the refusal is only its own run's. Never raised out of ``commit_many``."""
 
 
+# ``_fence_batch``'s token for a run whose row another session holds locked (``RunBusy``).
+BUSY_TOKEN = -1
+
+
 def batch_rows(
     items: Sequence[CommitRequest],
     cols: Sequence[dict[str, Any]],
@@ -64,6 +71,9 @@ def batch_rows(
     out = BatchRows()
     for it, cols_ in zip(items, cols, strict=True):
         held = owner.get(it.run_id)
+        if held is not None and held[0] == BUSY_TOKEN:
+            out.results.append(RunBusy(f"run {it.run_id}: its row is locked by another session"))
+            continue
         if held is None or held[0] != it.token:
             out.results.append(
                 StaleLeaseError(

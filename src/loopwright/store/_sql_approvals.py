@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .._errors import ApprovalError, ConflictError, RunNotFoundError, already_decided
@@ -163,7 +164,15 @@ class ApprovalsSQL(SQLCore):
             conn.execute(self._q.cancel, (True, run_id))
         return self.get_run(run_id)
 
-    def request_pause(self, run_id: str, request: NewApproval, *, by: str, now: float) -> Approval:
+    def request_pause(
+        self,
+        run_id: str,
+        request: NewApproval,
+        *,
+        by: str,
+        now: float,
+        audit: Mapping[str, Any] | None = None,
+    ) -> Approval:
         q, js, m = self._q, self._js, self._MARK
         with self._tx() as conn:
             # The run's row locked first (PostgreSQL; SQLite's write lock is held already): a
@@ -182,8 +191,8 @@ class ApprovalsSQL(SQLCore):
             ).fetchone()
             if held is not None:
                 raise ConflictError(
-                    f"run {run_id} is paused already (request {held[0]}): approve that request "
-                    "to let it go on"
+                    f"run {run_id} is paused already (request {held[0]}): unpause it (approve "
+                    "that request) to let it go on"
                 )
             at = self._store_now(conn, now)
             conn.execute(q.insert_approval, approval_row(run_id, request, at, js))
@@ -196,6 +205,8 @@ class ApprovalsSQL(SQLCore):
                 q.insert_event,
                 event_row(run_id, NewEvent(request.cycle, "pause_requested", data), now, js),
             )
+            if audit is not None:  # the record of the filing stands or falls with it
+                self._audit_row(conn, audit)
         found = self.approval(request.approval_id)
         assert found is not None  # (written just now)
         return found

@@ -12,9 +12,10 @@ from .._errors import (
     StoreError,
 )
 from .._record_codec import referred_versions
-from ._protocol_commit import after_failed
+from ._protocol_commit import RunBusy, after_failed
 from ._records import CommitRequest, NewApproval, NewEvent, VersionRow
 from ._rows import (
+    BUSY_TOKEN,
     BatchRefused,
     approval_row,
     batch_rows,
@@ -150,13 +151,19 @@ class CommitSQL(ReadsSQL):
         # now drives, counting it skipped, not lost).
         failed_runs: dict[tuple[str, int], StoreError] = {}
         with self._tx() as conn:
+            busy: set[str] = set()
             if self._LOCKS:
                 # The batch's run rows locked first, in run_id order (the fast path's
                 # ``_fence_batch``), held to the commit: taken by each commit's update in
                 # batch order, two processes' slow batches holding the same two runs in
                 # opposite orders deadlocked. The commits then go in batch order, as before.
-                self._fence_batch(conn, sorted({it.run_id for it in items}))
+                # (a run whose row another session holds is left out: ``RunBusy``)
+                owner = self._fence_batch(conn, sorted({it.run_id for it in items}))
+                busy = {r for r, (token, _) in owner.items() if token == BUSY_TOKEN}
             for it in items:
+                if it.run_id in busy:
+                    out.append(RunBusy(f"run {it.run_id}: its row is locked by another session"))
+                    continue
                 first = failed_runs.get((it.run_id, it.token))
                 if first is not None:
                     out.append(after_failed(it, first))

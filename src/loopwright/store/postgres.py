@@ -45,6 +45,7 @@ from .._redact import redact_text
 from .._url_secrets import hide_url_secrets
 from ._damage import damage_error
 from ._pg_schema import CLAIMABLE_PG, PG_MIGRATIONS, PG_TABLES
+from ._rows import BUSY_TOKEN
 from ._sql import RUNNABLE_STATUS, SQLStore
 from ._sql_statements import ASKED
 
@@ -151,6 +152,7 @@ class PostgresStore(SQLStore):
     _MARK = "%s"
     _DB_NOW = _DB_NOW
     _LOCKS = True
+    concurrent_writers = True  # row locks: one run's write waits alone (``Store``)
     _UNIQUE = (psycopg.errors.UniqueViolation,)
     # a value refused (a duplicate, a number out of range): commit by commit; anything else
     # (a lost connection, a timeout) fails every commit, as one transaction would
@@ -339,15 +341,28 @@ class PostgresStore(SQLStore):
         self, conn: psycopg.Connection[Any], run_ids: Sequence[str]
     ) -> dict[str, tuple[int, Any]]:
         # The row locks are held to the commit; taken in run_id order, so that two batches
-        # never deadlock.
-        return {
+        # never deadlock. A batch of several runs skips a row another session holds locked
+        # (a cancel, the dashboard, psql): that run's commit is left out (``RunBusy``) and
+        # written again alone, where it waits, while the rest of the batch commits now; it
+        # waited here, and every run of the batch with it (evloop53).
+        several = len(set(run_ids)) > 1
+        owner = {
             r[0]: (r[1], r[2])
             for r in conn.execute(
                 f"SELECT run_id, fencing_token, {ASKED} FROM runs "
-                "WHERE run_id = ANY(%s) ORDER BY run_id FOR NO KEY UPDATE",
+                "WHERE run_id = ANY(%s) ORDER BY run_id FOR NO KEY UPDATE"
+                + (" SKIP LOCKED" if several else ""),
                 (list(run_ids),),
             ).fetchall()
         }
+        if several and len(owner) < len(set(run_ids)):
+            # skipped: locked by another session (a run that does not exist is stale, as ever)
+            missing = [r for r in run_ids if r not in owner]
+            for (run_id,) in conn.execute(
+                "SELECT run_id FROM runs WHERE run_id = ANY(%s)", (missing,)
+            ).fetchall():
+                owner[run_id] = (BUSY_TOKEN, None)
+        return owner
 
     def _version_keys(
         self, conn: psycopg.Connection[Any], run_id: str, keys: Collection[tuple[str, int]]

@@ -15,17 +15,21 @@ from fastapi import FastAPI, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from .._authority import may_operate, operate
+from .._authority import operate
 from .._compare import contract_changes, merge_contract
 from .._contract import TERMINAL_STATUSES, contract_from_snapshot, refuse_engine_marks
 from .._engine import Runtime
 from .._errors import ConfigError, LoopwrightError, RunNotFoundError
 from .._keys import check_key
+from .._people import rollback_dropped
 from .._spec import loop_of_run
+from .._state import said_dropped
 from ..store import NewEvent, RunRecord, Store
+from ..store._records import PAUSE
 from ._auth import Auth
 from ._http import Flash, http_error, json_body, origin_of
-from ._views import run_summary, timeline
+from ._operations import may_act
+from ._views import run_summary, timeline, waits_on
 
 __all__ = ["ACTIONS", "BUDGET_FIELDS", "ActionDeps", "merge_contract", "register_actions"]
 
@@ -117,6 +121,9 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         )
         offers = store.approvals(run_id=done.run_id, status="pending")
         msg = f"rolled back to cycle {to_cycle} by {who}, now {done.status.replace('_', ' ')}"
+        dropped = rollback_dropped(store, done.run_id)
+        if dropped:
+            msg += f"; it replaces {said_dropped(dropped)}"
         if offers:
             msg += f"; {len(offers)} compensation request(s) to decide first"
         elif resume:
@@ -133,17 +140,10 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         return store.get_run(done.run_id), msg
 
     def may(request: Request, run_id: str, action: str) -> None:
-        """One who may not operate is refused (403, audited as the engine's own check does)
-        before anything they sent is checked, so that a viewer gets the right status and
-        learns nothing of what would be accepted (a budget, contract or cycle that does not
-        validate was a 400 before the role's 403). A rerun is checked as the fork it is."""
-        rec = get(run_id)
-        try:
-            may_operate(
-                store, auth.who(request), action, f"run {rec.run_id}", origin=origin_of(request)
-            )
-        except LoopwrightError as exc:
-            raise http_error(exc) from exc
+        """One who may not operate is refused (403, audited) before anything they sent is
+        checked (a budget, contract or cycle that does not validate was a 400 before the
+        role's 403). A rerun is checked as the fork it is."""
+        may_act(store, auth.who(request), origin_of(request), run_id, action)
 
     def rerun(
         run_id: str,
@@ -208,6 +208,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         if action not in ACTIONS:
             raise HTTPException(400, f"unknown action {action!r}: one of {', '.join(ACTIONS)}")
         rec = get(run_id)
+        pending = store.approvals(run_id=rec.run_id, status="pending")
         budget = dict((rec.contract or {}).get("budget") or {})
         # The engine's default ceiling is no cap a person set: shown as a note, its box empty,
         # so the form sent unchanged gives the fork the ceiling again (a 1000 sent back was
@@ -226,7 +227,10 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
             cycles=_cycles(store, rec.run_id),
             budget={k: budget.get(k) for k in BUDGET_FIELDS},
             ceiling=ceiling,
-            pending=store.approvals(run_id=rec.run_id, status="pending"),
+            pending=pending,
+            # a person's pause: lifted (Unpause on the run's page), never approved or denied
+            paused=[a for a in pending if a.kind == PAUSE],
+            waits_on=waits_on(pending) if pending else "",
         )
 
     @app.post("/runs/{run_id}/rollback", include_in_schema=False)

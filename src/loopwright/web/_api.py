@@ -1,10 +1,10 @@
 """The JSON API under ``/api``: runs and approval requests listed a page at a time, a run's
-whole document streamed, a part's versions, metrics; and, with the token, cancel, resume, a
-person's version of a part, and a request approved, denied or answered."""
+whole document streamed, a part's versions, metrics; and, with the token, cancel, pause,
+unpause, resume, a person's version of a part, and a request approved, denied or answered."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import quote
 
 from fastapi import FastAPI, HTTPException, Request
@@ -13,14 +13,15 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from .._audit import audit
 from .._errors import LoopwrightError, RunNotFoundError
 from .._metrics import compute_metrics
 from .._reuse_now import as_now
 from .._state import TaskState
 from ._context import WebContext
 from ._guard import JSON_TYPE
-from ._http import NotText, json_body
-from ._operations import act, decide, edit_part, refused_decision
+from ._http import NotText, json_body, origin_of
+from ._operations import act, decide, edit_part, may_act, pause_act, refused_decision
 from ._queries import PAGE_SIZE, approvals_query, page_size, paged, runs_query
 from ._run_json import run_document
 from ._views import (
@@ -33,17 +34,46 @@ from ._views import (
     stop_words,
 )
 
-__all__ = ["Decision", "register_api"]
+__all__ = ["Decision", "Note", "register_api"]
 
 
-class Decision(BaseModel):
+class _Posted(BaseModel):
+    """A body an endpoint reads itself (``body_of``): another field is refused, not dropped."""
+
+    model_config = ConfigDict(extra="forbid")
+    SHAPE: ClassVar[str] = "{...}"  # (the body expected, in words: a 400 names it)
+
+
+class Decision(_Posted):
     """A decision posted to the API. ``answer`` is for questions only. Another field is
     refused, not dropped: ``{"reason": "..."}`` would have decided with no note."""
 
-    model_config = ConfigDict(extra="forbid")
+    SHAPE: ClassVar[str] = '{"note": "...", "answer": ...}'
 
     note: str | None = None
     answer: Any = None
+
+
+class Note(_Posted):
+    """A cancel, pause, unpause or resume posted to the API: a note, optional."""
+
+    SHAPE: ClassVar[str] = '{"note": "..."}'
+
+    note: str | None = None
+
+
+_Body = TypeVar("_Body", bound=_Posted)
+
+
+def body_schema(model: type[BaseModel], required: bool = False) -> dict[str, Any]:
+    """The OpenAPI request body of an endpoint that reads its own (after the token, and who
+    is asking, are checked: FastAPI reads a declared body before the function runs)."""
+    return {
+        "requestBody": {
+            "required": required,
+            "content": {JSON_TYPE: {"schema": model.model_json_schema()}},
+        }
+    }
 
 
 def register_api(app: FastAPI, ctx: WebContext) -> None:
@@ -123,26 +153,62 @@ def register_api(app: FastAPI, ctx: WebContext) -> None:
         )
         return [approval_summary(a) for a in as_now(store, rows)]
 
-    @app.post("/api/runs/{run_id}/cancel", tags=["runs"])
-    def api_cancel(request: Request, run_id: str) -> dict[str, Any]:
-        """Cancel a run (recorded as the dashboard's identity)."""
-        return api_act(request, run_id, "cancel")
-
-    @app.post("/api/runs/{run_id}/pause", tags=["runs"])
-    def api_pause(request: Request, run_id: str) -> dict[str, Any]:
-        """Pause a run at its next cycle boundary (recorded as the dashboard's identity); it
-        goes on once its ``pause`` request is approved."""
-        return api_act(request, run_id, "pause")
-
-    @app.post("/api/runs/{run_id}/resume", tags=["runs"])
-    def api_resume(request: Request, run_id: str) -> dict[str, Any]:
-        """Resume an interrupted run in the background, where its spec file is found."""
-        return api_act(request, run_id, "resume")
-
-    def api_act(request: Request, run_id: str, how: str) -> dict[str, Any]:
-        ctx.require_api_write(request)
-        rec, msg = act(ctx, request, run_id, how)
+    def acted(request: Request, run_id: str, how: str, note: str | None) -> dict[str, Any]:
+        rec, msg = act(ctx, request, run_id, how, note)
         return {"run": run_summary(store.get_run(rec.run_id)), "message": msg}
+
+    async def api_act(request: Request, run_id: str, how: str) -> dict[str, Any]:
+        # The optional ``{"note": "..."}`` read as a pause's is (another shape: 422)
+        await run_in_threadpool(ctx.require_api_write, request)
+        note = (await body_of(request, Note, required=False)).note
+        return await run_in_threadpool(acted, request, run_id, how, note)
+
+    @app.post("/api/runs/{run_id}/cancel", tags=["runs"], openapi_extra=body_schema(Note))
+    async def api_cancel(request: Request, run_id: str) -> dict[str, Any]:
+        """Cancel a run (recorded as the dashboard's identity). JSON ``{"note": "..."}``
+        (optional): why, kept on its ``cancel_requested`` event with who asked."""
+        return await api_act(request, run_id, "cancel")
+
+    @app.post("/api/runs/{run_id}/pause", tags=["runs"], openapi_extra=body_schema(Note))
+    async def api_pause(request: Request, run_id: str) -> dict[str, Any]:
+        """Pause a run at its next cycle boundary, as the token's person (an operator): JSON
+        ``{"note": "..."}`` (optional). It goes on once unpaused
+        (``/api/runs/{run_id}/unpause``); returns ``run``, the ``pause`` request as
+        ``approval``, ``message``."""
+        return await api_pausing(request, run_id, "pause")
+
+    @app.post("/api/runs/{run_id}/unpause", tags=["runs"], openapi_extra=body_schema(Note))
+    async def api_unpause(request: Request, run_id: str) -> dict[str, Any]:
+        """Lift a run's pause, as the token's person (an operator, as for a pause; not an
+        approver): JSON ``{"note": "..."}`` (optional). Its ``pause`` request is approved and
+        the run resumes in the background where its spec file is found; returns ``run``, the
+        request as ``approval``, ``message``. A run not paused (or ended) is 409."""
+        return await api_pausing(request, run_id, "unpause")
+
+    async def api_pausing(request: Request, run_id: str, how: str) -> dict[str, Any]:
+        # Who is asking first: one who may not is refused (403, audited) before the body is
+        # read, as for a decision
+        await run_in_threadpool(ctx.require_api_write, request)
+        who, where = ctx.auth.who(request), origin_of(request)
+        rec = await run_in_threadpool(may_act, store, who, where, run_id, how)
+        try:
+            body = await body_of(request, Note, required=False)
+        except NotText as exc:  # audited, as the engine audits a note it refuses
+            await run_in_threadpool(
+                audit, store, who, how, f"run {rec.run_id}", outcome="refused", origin=where,
+                reason=str(exc.detail),
+            )  # fmt: skip
+            raise
+        done, req, msg = await run_in_threadpool(
+            pause_act, ctx, request, rec.run_id, how, body.note
+        )
+        return {"run": run_summary(done), "approval": req.to_dict(), "message": msg}
+
+    @app.post("/api/runs/{run_id}/resume", tags=["runs"], openapi_extra=body_schema(Note))
+    async def api_resume(request: Request, run_id: str) -> dict[str, Any]:
+        """Resume an interrupted run in the background, where its spec file is found. JSON
+        ``{"note": "..."}`` (optional): why, kept on its ``resume_requested`` event."""
+        return await api_act(request, run_id, "resume")
 
     # ``part:path``: a part's name may hold a slash (an artifact's may not), and the run page
     # links here with it as written
@@ -237,7 +303,7 @@ def register_api(app: FastAPI, ctx: WebContext) -> None:
         # read (FastAPI would read and parse a declared body before the function runs).
         await run_in_threadpool(ctx.require_api_write, request)
         try:
-            body = await decision_of(request, required=required)
+            body = await body_of(request, Decision, required=required)
         except NotText as exc:  # audited, as the engine audits a note it refuses
             await run_in_threadpool(
                 refused_decision, ctx, request, approval_id, how, str(exc.detail)
@@ -248,38 +314,28 @@ def register_api(app: FastAPI, ctx: WebContext) -> None:
         )
         return {"approval": done.to_dict(), "resume": resumed}
 
-    async def decision_of(request: Request, *, required: bool) -> Decision:
-        """The request's ``Decision`` (empty or ``null``: none given, unless ``required``)."""
+    async def body_of(request: Request, model: type[_Body], *, required: bool) -> _Body:
+        """The request's body as ``model`` (empty or ``null``: none given, unless
+        ``required``)."""
         raw = await request.body()
-        data = await json_body(request, '{"note": "...", "answer": ...}') if raw.strip() else None
+        data = await json_body(request, model.SHAPE) if raw.strip() else None
         if data is None:
             if not required:
-                return Decision()
+                return model()
             raise RequestValidationError(
                 [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
             )
         try:
-            return Decision.model_validate(data)
+            return model.model_validate(data)
         except ValidationError as exc:
             raise RequestValidationError(
                 [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
             ) from None
 
-    def decision_schema(required: bool) -> dict[str, Any]:
-        """The OpenAPI request body of a decision (read by the endpoint itself, after the
-        token is checked)."""
-        schema = Decision.model_json_schema()
-        return {
-            "requestBody": {
-                "required": required,
-                "content": {JSON_TYPE: {"schema": schema}},
-            }
-        }
-
     @app.post(
         "/api/approvals/{approval_id}/approve",
         tags=["approvals"],
-        openapi_extra=decision_schema(False),
+        openapi_extra=body_schema(Decision, False),
     )
     async def api_approve(request: Request, approval_id: str) -> dict[str, Any]:
         """Approve a request as the token's person: JSON ``{"note": "..."}`` (optional)."""
@@ -288,7 +344,7 @@ def register_api(app: FastAPI, ctx: WebContext) -> None:
     @app.post(
         "/api/approvals/{approval_id}/deny",
         tags=["approvals"],
-        openapi_extra=decision_schema(False),
+        openapi_extra=body_schema(Decision, False),
     )
     async def api_deny(request: Request, approval_id: str) -> dict[str, Any]:
         """Deny a request as the token's person: JSON ``{"note": "..."}`` (optional)."""
@@ -297,7 +353,7 @@ def register_api(app: FastAPI, ctx: WebContext) -> None:
     @app.post(
         "/api/approvals/{approval_id}/answer",
         tags=["approvals"],
-        openapi_extra=decision_schema(True),
+        openapi_extra=body_schema(Decision, True),
     )
     async def api_answer(request: Request, approval_id: str) -> dict[str, Any]:
         """Answer a question: JSON ``{"answer": ..., "note": "..."}``."""

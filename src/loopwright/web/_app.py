@@ -76,6 +76,14 @@ def allowed_host_names(extra: Iterable[str] = (), *, field: str = "allowed_hosts
                 f"{raw!r} is not a host name (give a name, an address or *.domain)",
                 field=field,
             )
+        if wildcard and "." not in name[2:].strip(".") and name != "*.localhost":
+            # every site under a top-level domain: any page there could rebind its name to
+            # this address and read the runs (on loopback, reads need no token)
+            raise ConfigError(
+                f"{raw!r} covers a whole top-level domain, every site under it: name a domain "
+                "of your own (*.example.com)",
+                field=field,
+            )
         names.extend([name, f"[{name}]"] if ":" in name else [name])
     return list(dict.fromkeys(names))
 

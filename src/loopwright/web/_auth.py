@@ -13,6 +13,7 @@ Two modes, chosen per request by the store (docs/permissions.md):
 from __future__ import annotations
 
 import hmac
+import math
 import secrets
 import threading
 import time
@@ -37,12 +38,13 @@ __all__ = [
     "UNKNOWN_TOKEN",
     "Auth",
     "RefusedSignIns",
+    "SignInBackoff",
     "check_token",
     "cross_site",
 ]
 
 COOKIE = "lw_session"
-MIN_TOKEN = 8
+MIN_TOKEN = 16  # the printed token is 32 characters; a person's is 256 bits
 MAX_SESSIONS = 32  # sessions kept per person: a newer sign-in ends their oldest
 TOO_MANY_SESSIONS = f"signed out: too many sessions (a person keeps their newest {MAX_SESSIONS})"
 _ENDED_KEPT = 1024  # sessions ended by a newer sign-in, remembered to say why (oldest forgotten)
@@ -299,6 +301,53 @@ class _Window:
         if self.others:
             kinds.append(f"others: {self.others}")
         return f"{counted} ({'; '.join(kinds)})", SEVERAL
+
+
+class SignInBackoff:
+    """Sign-ins slowed per source (``http 10.0.0.7``): after ``limit`` wrong tokens from one
+    source within ``window_s`` of the first, every sign-in it tries — the form's, or a bearer
+    token — is answered 429 until that window is over (``retry_after``), a right token too (an
+    answer that let it through would say which guess was right). Counted, not timed: ``clock``
+    is monotonic seconds (a test's own). At most ``max_sources`` sources are kept, the one that
+    failed longest ago forgotten first."""
+
+    LIMIT = 10
+    WINDOW_S = 60.0
+    MAX_SOURCES = 4096
+
+    def __init__(
+        self,
+        *,
+        limit: int = LIMIT,
+        window_s: float = WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+        max_sources: int = MAX_SOURCES,
+    ) -> None:
+        self.limit = limit
+        self.window_s = window_s
+        self.clock = clock
+        self._max = max_sources
+        self._failed: dict[str, tuple[float, int]] = {}  # source -> (window's start, count)
+        self._lock = threading.Lock()
+
+    def failed(self, source: str) -> None:
+        """A wrong, unknown or revoked token from ``source``."""
+        now = self.clock()
+        with self._lock:
+            start, n = self._failed.pop(source, (now, 0))
+            if now - start >= self.window_s:
+                start, n = now, 0
+            self._failed[source] = (start, n + 1)  # (last: the most recent failure)
+            while len(self._failed) > self._max:
+                del self._failed[next(iter(self._failed))]
+
+    def retry_after(self, source: str) -> int:
+        """Whole seconds until ``source`` may try a token again; 0: now."""
+        now = self.clock()
+        with self._lock:
+            start, n = self._failed.get(source, (now, 0))
+        left = start + self.window_s - now
+        return max(1, math.ceil(left)) if n >= self.limit and left > 0 else 0
 
 
 class RefusedSignIns:

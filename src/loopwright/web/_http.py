@@ -51,18 +51,24 @@ class Flash:
     def __init__(self) -> None:
         self._key = secrets.token_bytes(32)
 
-    def _sig(self, msg: str) -> str:
-        return hmac.new(self._key, msg.encode("utf-8", "replace"), hashlib.sha256).hexdigest()
+    def _sig(self, run_id: str, msg: str) -> str:
+        # Bound to the run's page: signed for the message alone, a line said of one run
+        # ("cancellation requested by ana") was shown on any other run's page it was moved to.
+        signed = f"{run_id}\n{msg}".encode("utf-8", "replace")
+        return hmac.new(self._key, signed, hashlib.sha256).hexdigest()
 
     def url(self, run_id: str, msg: str, fragment: str = "") -> str:
         """The run page's address showing ``msg``."""
-        return f"/runs/{run_id}?msg={quote(msg)}&sig={self._sig(msg)}{fragment}"
+        return f"/runs/{run_id}?msg={quote(msg)}&sig={self._sig(run_id, msg)}{fragment}"
 
     def of(self, request: Request) -> str:
-        """The message ``request`` carries when this server signed it, else ``""``."""
+        """The message ``request`` carries when this server signed it for the run whose page
+        it asks for, else ``""``."""
         msg = request.query_params.get("msg", "")
         sig = request.query_params.get("sig", "")
-        return msg if msg and hmac.compare_digest(sig.encode(), self._sig(msg).encode()) else ""
+        run_id = str(request.path_params.get("run_id", ""))
+        want = self._sig(run_id, msg)
+        return msg if msg and hmac.compare_digest(sig.encode(), want.encode()) else ""
 
 
 def http_error(exc: LoopwrightError) -> HTTPException:

@@ -33,7 +33,9 @@ from urllib.parse import quote, urlsplit
 from .._contract import TERMINAL_STATUSES
 from .._errors import ConfigError, LoopwrightError
 from .._packet import run_stop_cause
+from .._redact import redact, register_secret
 from .._redact_logs import masked_logger
+from .._userinfo import without_userinfo
 from ..store import Approval, NewEvent, RunRecord, Store
 from ..store._live import NOTIFIED
 from ._feed import Change
@@ -342,6 +344,12 @@ class Notifier:
         self.store = store
         self.config = config
         self._post = post
+        # The URLs' credentials and the signing secret masked from now on, not from the
+        # first post (``without_userinfo`` registers them then): what this process masks
+        # does not depend on whether a run has ended yet
+        for u in config.urls:
+            without_userinfo(u)
+        register_secret(config.secret)
         self._targets = [_Target(u) for u in config.urls]
         self._stop = threading.Event()
         self.delivered = 0  # counters for tests and the log
@@ -494,8 +502,10 @@ class Notifier:
         self.store.append_events(job.run_id, [NewEvent(job.cycle, MARKER, data)])
 
     def _send(self, t: _Target, key: str, event: str, payload: dict[str, Any]) -> int:
-        """POST ``payload`` to ``t`` with retries: the attempts it took, 0 when it failed."""
-        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+        """POST ``payload`` to ``t`` with retries: the attempts it took, 0 when it failed.
+        The body is masked as an export is (invariant 9): it quotes names the store keeps as
+        typed (a task key, a loop's, a project's) and leaves for a chat's readers."""
+        body = json.dumps(redact(payload), ensure_ascii=False, separators=(",", ":")).encode()
         cfg = self.config
         error = ""
         for attempt in range(1, cfg.attempts + 1):

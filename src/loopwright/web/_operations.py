@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import HTTPException, Request
 
-from .._authority import audit, operate, require
+from .._authority import audit, may_operate, operate, require
 from .._contract import TERMINAL_STATUSES
 from .._engine import Runtime
 from .._errors import (
@@ -17,20 +17,44 @@ from .._errors import (
     NotPermittedError,
     RunNotFoundError,
 )
+from .._people import _printable_note
+from .._redact import redact_text
 from .._spec import loop_of_run
 from ..store import Approval, NewEvent, RunRecord, Store
 from ._context import RESUMING, WebContext
 from ._http import http_error, origin_of, text_field
-from ._views import edits_view
+from ._views import edits_view, waits_on
 
 __all__ = [
+    "RUN_ACTIONS",
     "act",
     "decide",
     "edit_part",
     "find_approval",
+    "may_act",
+    "pause_act",
     "permitted_unrecorded",
     "refused_decision",
 ]
+
+
+RUN_ACTIONS = (
+    "cancel",
+    "pause",
+    "unpause",
+    "resume",
+)  # what ``act`` does (the run page's form, the API)
+
+
+def person_note(note: str | None) -> str | None:
+    """A note typed with a cancel, pause or resume, held to a decision's note's rule (no
+    control character, escape sequence or bidirectional override: 400), stored masked
+    (invariant 9); ``None`` for none or an empty one."""
+    try:
+        note = _printable_note(text_field(note, "note"))
+    except ConfigError as exc:
+        raise HTTPException(400, f"note: {exc}") from None
+    return redact_text(note.strip()) if note and note.strip() else None
 
 
 def find_approval(store: Store, approval_id: str) -> Approval:
@@ -105,10 +129,73 @@ def permitted_unrecorded(store: Store, by: str, action: str, run_id: str, where:
     return True
 
 
-def act(ctx: WebContext, request: Request, run_id: str, how: str) -> tuple[RunRecord, str]:
-    """Cancel, pause or resume a run as the signed-in person; the event log keeps who and
-    when (``cancel_requested`` / ``pause_requested`` / ``resume_requested``, beside the
-    engine's own)."""
+def may_act(store: Store, who: str, where: str, run_id: str, action: str) -> RunRecord:
+    """The run, once ``who`` may do ``action`` on it: 404 for no such run, 403 (audited, as
+    the engine's own check does) for one who may not operate, before anything they sent is
+    read, so that they get the right status and learn nothing of what would be accepted.
+    Nothing is recorded when they may: the action records itself."""
+    try:
+        rec = store.get_run(run_id)
+    except RunNotFoundError as exc:
+        raise HTTPException(404, str(exc)) from exc
+    try:
+        may_operate(store, who, action, f"run {rec.run_id}", origin=where)
+    except LoopwrightError as exc:
+        raise http_error(exc) from exc
+    return rec
+
+
+def pause_act(
+    ctx: WebContext, request: Request, run_id: str, how: str, note: str | None = None
+) -> tuple[RunRecord, Approval, str]:
+    """Pause a run, or lift its pause (``how``: ``pause`` / ``unpause``), as the signed-in
+    person: checked, filed (or approved) and audited by the engine (``Runtime.pause`` /
+    ``unpause``), refusals included: an ended run is refused there, after the role, and
+    audited (it was a 409 here first, unaudited, to an approver too). The run, the request,
+    and what happened in words."""
+    store = ctx.store
+    by, where = ctx.auth.who(request), origin_of(request)
+    try:
+        rec = store.get_run(run_id)
+    except RunNotFoundError as exc:
+        raise HTTPException(404, str(exc)) from exc
+    rt = Runtime(store)
+    try:
+        if how == "pause":
+            req = rt.pause(rec.run_id, by=by, note=note, origin=where)
+        else:
+            req = rt.unpause(rec.run_id, by=by, note=note, origin=where)
+    except ConfigError as exc:  # what was sent (a note holding an escape sequence)
+        raise HTTPException(400, str(exc)) from exc
+    except LoopwrightError as exc:
+        raise http_error(exc) from exc
+    done = store.get_run(rec.run_id)
+    if how == "pause":
+        said = "paused" if done.status == "awaiting_approval" else "pause requested"
+        return done, req, f"{said} by {by} (request {req.approval_id}): unpause it to go on"
+    msg = f"unpaused by {by} (request {req.approval_id})"
+    left = store.approvals(run_id=rec.run_id, status="pending")
+    if left:  # (a risk request it was parked on when paused: the pause held it after)
+        msg += f"; it still waits on {len(left)} request(s): decide them first"
+    else:
+        msg += f"; {ctx.resume_later(rec.run_id)}"
+    return done, req, msg
+
+
+def act(
+    ctx: WebContext, request: Request, run_id: str, how: str, note: str | None = None
+) -> tuple[RunRecord, str]:
+    """Cancel, pause, unpause or resume a run as the signed-in person; the event log keeps
+    who and when (``cancel_requested`` / ``pause_requested`` / ``resume_requested``, beside
+    the engine's own). ``note``: why (a pause's, on its request, as ``Runtime.pause`` keeps
+    it; a cancel's or resume's, on its ``*_requested`` event). The request (the action, the
+    note) is checked before the run: a mistake is 400 whatever state the run is in."""
+    if how not in RUN_ACTIONS:
+        raise HTTPException(400, f"unknown action {how!r}: one of {', '.join(RUN_ACTIONS)}")
+    note = person_note(note)
+    if how in ("pause", "unpause"):
+        done, _req, msg = pause_act(ctx, request, run_id, how, note)
+        return done, msg
     store, auth = ctx.store, ctx.auth
     try:
         rec = store.get_run(run_id)
@@ -123,7 +210,7 @@ def act(ctx: WebContext, request: Request, run_id: str, how: str) -> tuple[RunRe
             operate(store, by, "resume", f"run {rec.run_id}", origin=where)
         except LoopwrightError as exc:
             raise http_error(exc) from exc
-    who = {"by": by}
+    who = {"by": by, **({"note": note} if note else {})}
     if how == "cancel":
         # The request is written only when it may be made: a refused cancel leaves the run's
         # log as it was, and is audited once, by the engine (below), as every refusal is.
@@ -139,22 +226,13 @@ def act(ctx: WebContext, request: Request, run_id: str, how: str) -> tuple[RunRe
             raise http_error(exc) from exc
         said = "cancelled" if done.status == "cancelled" else "cancellation requested"
         return done, f"{said} by {by}"
-    if how == "pause":  # checked, filed and audited by the engine (``Runtime.pause``)
-        try:
-            filed = Runtime(store).pause(rec.run_id, by=by, origin=where)
-        except LoopwrightError as exc:
-            raise http_error(exc) from exc
-        done = store.get_run(rec.run_id)
-        said = "paused" if done.status == "awaiting_approval" else "pause requested"
-        return done, f"{said} by {by} (request {filed.approval_id}): unpause it to go on"
-    if how == "resume":
-        if rec.status == "awaiting_approval" and store.approvals(
-            run_id=rec.run_id, status="pending"
-        ):
-            raise HTTPException(409, "the run waits for a decision: approve or deny it first")
-        store.append_events(rec.run_id, [NewEvent(rec.cycle, "resume_requested", who)])
-        return rec, f"resume requested by {by}: {ctx.resume_later(rec.run_id)}"
-    raise HTTPException(400, f"unknown action {how!r}")
+    # resume
+    parked = rec.status == "awaiting_approval"
+    pending = store.approvals(run_id=rec.run_id, status="pending") if parked else []
+    if pending:
+        raise HTTPException(409, waits_on(pending))
+    store.append_events(rec.run_id, [NewEvent(rec.cycle, "resume_requested", who)])
+    return rec, f"resume requested by {by}: {ctx.resume_later(rec.run_id)}"
 
 
 def edit_part(

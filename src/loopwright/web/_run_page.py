@@ -126,7 +126,6 @@ def run_payload(store: Store, run_id: str) -> dict[str, Any]:
         "resumable": rec.status not in TERMINAL_STATUSES
         and (rec.status != "awaiting_approval" or decided_while_parked(rec, approvals) is not None),
         "stop_cause": stop_cause_of(rec),
-        "next_here": next_action_here(rec, state, approvals),
         "terminal": rec.status in TERMINAL_STATUSES,
         "checkpoints": cks,
         "windowed": windowed,
@@ -141,6 +140,15 @@ def run_page_data(ctx: WebContext, request: Request, run_id: str, kind: str) -> 
     # a long run's every cycle and event are in /api/runs/{id} and `loopwright show`.
     data = run_payload(store, run_id)
     rec, points = data["rec"], data["points"]
+    # (in the reader's terms: "Unpause it below" only to one the page offers Unpause)
+    signed_in = ctx.auth.signed_in(request)
+    data["next_here"] = next_action_here(
+        rec,
+        data["state"],
+        data["approvals"],
+        may_lift=ctx.auth.may(request, "operate"),
+        who=ctx.auth.who(request) if signed_in else "",
+    )
     first = (rec.forked_at or 0) + 1 if rec.forked_from else 1  # the run's own first cycle
     data["chart"] = chart_svg(
         points,

@@ -12,7 +12,14 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from .._authority import audit
-from ._auth import COOKIE, SIGN_IN, TOO_MANY_SESSIONS, RefusedSignIns, cross_site
+from ._auth import (
+    COOKIE,
+    SIGN_IN,
+    TOO_MANY_SESSIONS,
+    RefusedSignIns,
+    SignInBackoff,
+    cross_site,
+)
 from ._context import RESUME_REFUSED_COUNTED, WebContext
 from ._http import origin_of
 
@@ -42,6 +49,9 @@ def register_sign_in(app: FastAPI, ctx: WebContext) -> None:
 
     sign_ins = RefusedSignIns(record_refused)
     app.state.sign_ins = sign_ins
+    # wrong tokens from a source: past its limit, the guard answers its sign-ins 429
+    backoff = SignInBackoff()
+    app.state.backoff = backoff
 
     def record_allowed(
         source: str, reason: str, counted: int, what: tuple[str, str], who: str
@@ -110,6 +120,7 @@ def register_sign_in(app: FastAPI, ctx: WebContext) -> None:
             raise HTTPException(403, "a sign-in from another site is refused: use this page")
         name = auth.name_for(token.strip())
         if name is None:
+            backoff.failed(where)
             sign_ins.refused(where, "wrong, unknown or revoked token")
             raise HTTPException(403, "wrong, unknown or revoked token")
         # audited where people are: once per person and source in a window, the rest counted

@@ -53,6 +53,7 @@ __all__ = [
     "timeline",
     "timeline_row",
     "version_views",
+    "waits_on",
 ]
 
 
@@ -236,14 +237,48 @@ def stop_cause_of(rec: RunRecord) -> str:
         return rec.stop_reason or ""
 
 
-def next_action_here(rec: RunRecord, state: TaskState, approvals: list[Approval]) -> str:
+def waits_on(pending: list[Approval]) -> str:
+    """Why a run parked on its ``pending`` requests is not resumed yet, and what lets it go
+    on: a person's pause is lifted (unpaused) or its run cancelled, never denied (refused)."""
+    if pending and all(a.kind == PAUSE for a in pending):
+        return "the run is paused by a person: unpause it first (or cancel it)"
+    if any(a.kind == PAUSE for a in pending):
+        return "the run waits for a decision and is paused: decide the request and unpause it first"
+    return "the run waits for a decision: approve or deny it first"
+
+
+def next_action_here(
+    rec: RunRecord,
+    state: TaskState,
+    approvals: list[Approval],
+    *,
+    may_lift: bool | None = None,
+    who: str = "",
+) -> str:
     """What the person on the run page should do next, in the page's own terms (the CLI's
-    advice names commands; here the buttons are on the page)."""
+    advice names commands; here the buttons are on the page). ``may_lift``: whether the
+    reader may lift a pause (the operator's permission), ``who`` the one signed in (``""``:
+    no one); ``None`` (the API's document) says what one who may does."""
     pending = [a for a in approvals if a.status == "pending"]
     if pending and all(a.kind == PAUSE for a in pending):  # (denying a pause is refused)
+        if may_lift is False:  # the page offers them no Unpause, nor a Cancel
+            if who:
+                return (
+                    "The run is paused by a person: an operator lifts the pause (Unpause) or "
+                    f"cancels the run; {who} may not (that needs the operator role)."
+                )
+            return (
+                "The run is paused by a person: sign in (as an operator, where the store has "
+                "users) to unpause it or cancel it."
+            )
         return "The run is paused: Unpause it below to go on, or cancel it (signed in)."
     if pending:
-        return "Decide the request below: approve or deny it (you must be signed in)."
+        said = "Decide the request below: approve or deny it (you must be signed in)."
+        if any(a.kind == PAUSE for a in pending):  # (parked on a request, and paused too)
+            said += " The run is also paused by a person: " + (
+                "an operator lifts the pause." if may_lift is False else "Unpause it to go on."
+            )
+        return said
     done = decided_while_parked(rec, approvals)
     if done is not None:
         return (

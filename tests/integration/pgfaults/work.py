@@ -1,8 +1,8 @@
 """A loop for the PostgreSQL fault tests: three repairs per run, one keyed payment.
 
 Gates (files in ``$WORK_DIR``) hold a process at a known point, so a test places a fault there
-without timing: ``actor_hold`` holds every actor call, ``actor_hold_<N>`` those of cycle N
-(each call first appends ``<task> <cycle> <pid>`` to ``actors.log``); ``effect_hold`` holds every payment inside the call, the
+without timing: ``actor_hold`` holds every actor call, ``actor_hold_<N>`` those of cycle N,
+``actor_hold_<task id>`` those of one task (each call first appends ``<task> <cycle> <pid>`` to ``actors.log``); ``effect_hold`` holds every payment inside the call, the
 receiver not yet reached (each attempt first appends ``<key> <pid>`` to ``attempts.log``).
 
 The receiver (``paid.log``) honours the key: a second request under a key it has paid answers
@@ -66,7 +66,11 @@ def _was_paid(key: str) -> dict[str, Any] | None:
 
 async def actor(ctx: lw.Context) -> lw.Proposal:
     _append("actors.log", f"{ctx.task['id']} {ctx.cycle} {os.getpid()}")
-    held = (_work() / "actor_hold", _work() / f"actor_hold_{ctx.cycle}")
+    held = (
+        _work() / "actor_hold",
+        _work() / f"actor_hold_{ctx.cycle}",
+        _work() / f"actor_hold_{ctx.task['id']}",
+    )
     while any(h.exists() for h in held):  # noqa: ASYNC110 - another process lifts it
         await asyncio.sleep(0.01)
     doc = ctx.artifacts["doc"]

@@ -1,0 +1,55 @@
+"""The threads the engine's store calls run in, off the event loop: lease renewals
+(``Runtime._heartbeat``) always, and, for a store whose writes can wait on another session's
+row lock (``Store.concurrent_writers``: PostgreSQL), a cycle's commits (``_group``), the lease's
+release and an effect's journal writes (evloop53).
+
+One pool for the process's runtimes together, made at the first call and reused after, each
+thread made only when the others are busy. Not the event loop's default executor, which user
+work fills (a sandboxed check, an image load, a user's ``run_in_executor``: review52a). Enough
+threads that writes each stalled on their run's row lock (pg52) leave the others threads to go
+on. A forked child makes its own: the parent's threads are not in it, and work handed to their
+pool waited for ever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from .store import Store
+
+__all__ = ["in_store_thread", "store_threads", "written"]
+
+_T = TypeVar("_T")
+
+_THREADS: list[ThreadPoolExecutor] = []
+
+
+def store_threads() -> ThreadPoolExecutor:
+    if not _THREADS:
+        # (two made at once: the first is used, the other never starts a thread)
+        _THREADS.append(ThreadPoolExecutor(max_workers=32, thread_name_prefix="loopwright-store"))
+    return _THREADS[0]
+
+
+async def in_store_thread(fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` in a store thread, awaited."""
+    return await asyncio.get_running_loop().run_in_executor(store_threads(), fn, *args)
+
+
+async def written(store: Store, fn: Callable[..., _T], /, *args: Any, **kw: Any) -> _T:
+    """``fn(*args, **kw)``, a write to ``store``: in a store thread where one run's write can
+    wait on a row lock while the others go on (``Store.concurrent_writers``), else here, on
+    the event loop (SQLite: the store's one write lock, which the others wait on anyway)."""
+    if not store.concurrent_writers:
+        return fn(*args, **kw)
+    return await in_store_thread(functools.partial(fn, *args, **kw))
+
+
+if hasattr(os, "register_at_fork"):  # (not on Windows, which does not fork)
+    os.register_at_fork(after_in_child=_THREADS.clear)
