@@ -82,16 +82,24 @@ def test_a_store_failing_under_the_run_is_no_crash(
 ) -> None:
     loop = _loop(lambda ctx: None)
     with lw.Runtime(url) as rt:
-        real = rt.store.commit_request
+        one, many = rt.store.commit_request, rt.store.commit_many
         failed = [0]
 
-        def flaky(req: Any) -> Any:
-            if req.cycle == 2 and failed[0] < TIMES:  # the commit of cycle 2
+        def outage(reqs: list[Any]) -> None:
+            if any(r.cycle == 2 for r in reqs) and failed[0] < TIMES:  # the commit of cycle 2
                 failed[0] += 1
                 raise lw.StoreUnavailableError("connection dropped (injected)")
-            return real(req)
 
-        monkeypatch.setattr(rt.store, "commit_request", flaky)
+        def flaky_one(req: Any) -> Any:
+            outage([req])
+            return one(req)
+
+        def flaky_many(reqs: list[Any]) -> Any:  # (how PostgreSQL's commits are written)
+            outage(reqs)
+            return many(reqs)
+
+        monkeypatch.setattr(rt.store, "commit_request", flaky_one)
+        monkeypatch.setattr(rt.store, "commit_many", flaky_many)
         for _ in range(TIMES):
             with pytest.raises(lw.StoreUnavailableError, match="injected"):
                 rt.run_sync(loop, TASK, task_key="outage")
