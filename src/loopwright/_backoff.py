@@ -79,7 +79,7 @@ async def backoff(store: Store, ex: Execution, delay: float, what: str) -> None:
     end = time.monotonic() + delay
     while (left := end - time.monotonic()) > 0:
         if ex.draining is not None and ex.draining():
-            event = NewEvent(ex.state.cycle, "drained", {"in_backoff_of": what})
+            event = NewEvent(ex.state.cycle, "drained", {"in_backoff_of": what, "lease": ex.token})
             store.append_events(ex.run_id, [event])
             raise Drained
         await asyncio.sleep(min(left, _DRAIN_POLL_S))

@@ -54,11 +54,11 @@ from ._result import (
     _lasting,
     _Read,  # noqa: F401  (results pickled before it moved name it here)
 )
-from ._resume_ready import Resuming, crash_bound, crash_cause, crashes_at
+from ._resume_ready import LEASE_LOST, Resuming, crash_bound, crash_cause, crashes_at
 from ._run_create import Creating
 from ._settle import Settling
 from ._store_folder import missing_schema_error, missing_store_folder
-from ._store_threads import in_store_thread
+from ._store_threads import in_store_thread, written
 from ._task_parts import say_ignored
 from ._usage import Usage
 from .store import DEFAULT_STORE, NewEvent, RunRecord, Store, open_store, resolve_store_url
@@ -363,8 +363,11 @@ class Runtime(
         self._driving[rec.run_id] += 1
         unavailable: StoreUnavailableError | None = None
         answered = False  # whether the store took the lease back (it answers again)
+        opened = ex.seq  # (a commit since wrote this execution's start event: ``_said_alive``)
+        alive: str | None = None  # how it stopped, alive, leaving the run resumable
         try:
-            started: dict[str, Any] = {"owner": self.owner}
+            # (its lease named: an execution that stops alive says so by it, ``crashes_at``)
+            started: dict[str, Any] = {"owner": self.owner, "lease": ex.token}
             selfish = [c.name for c in loop.checks if loop.self_reviewing(c)]
             if selfish:
                 started["self_review_allowed"] = selfish  # recorded: the user said so
@@ -387,12 +390,14 @@ class Runtime(
             ex.lost = True
             raise
         except ConfigError:
-            raise  # a user mistake (e.g. resumed with the wrong loop): the run stays resumable
+            # a user mistake (e.g. resumed with the wrong loop): the run stays resumable
+            alive = "ConfigError"
+            raise
         except StoreUnavailableError as exc:
             # The store failed, not the run: nothing is marked failed (the write would fail too,
             # or, after a dropped connection, end a healthy run). Judged below, once the lease
             # is handed back.
-            unavailable = exc
+            unavailable, alive = exc, "store unavailable"
         except Exception as exc:
             if ex.lost:
                 raise
@@ -403,6 +408,11 @@ class Runtime(
                 ex.pending_commit = None
                 self._finish(ex, "error", error=error_info("engine", exc))
                 await self._settle(ex)
+            raise
+        except BaseException as exc:
+            # Ctrl-C (KeyboardInterrupt, or the task cancelled), SystemExit: the process stops
+            # alive, the run resumable; no crash (``crashes_at``)
+            alive = type(exc).__name__
             raise
         finally:
             self._active -= 1
@@ -416,6 +426,9 @@ class Runtime(
             with contextlib.suppress(BaseException):
                 await beat
             try:
+                if ex.seq > opened and (ex.lost or alive is not None):
+                    why = LEASE_LOST if ex.lost else str(alive)
+                    await written(self.store, _said_alive, self.store, ex, why)
                 if not ex.lost:
                     with contextlib.suppress(Exception):
                         if self.store.concurrent_writers:
@@ -545,10 +558,10 @@ class Runtime(
                 # (another process inside a transaction on that run: a cancel, the dashboard,
                 # frozen up to the server's idle timeout) stalled every run of the process, so
                 # their leases ran out under a live worker and were taken over mid-cycle (pg52).
-                # One cancelled in flight may land after the release: it writes only the expiry
-                # of a lease whose owner is gone (claimable all the same) or, a token since
-                # taken over, nothing. In threads of the store's own (``_store_threads``), not
-                # the event loop's default executor (review52a).
+                # One cancelled in flight may land after the release: it writes nothing (a
+                # renewal needs the lease held under its token), its StaleLeaseError unread.
+                # In threads of the store's own (``_store_threads``), not the event loop's
+                # default executor (review52a).
                 await in_store_thread(self.store.renew_lease, ex.run_id, ex.token, self.lease_ttl_s)
             except StaleLeaseError:
                 ex.lost = True
@@ -646,7 +659,7 @@ class Runtime(
             if rec.status == "running":
                 # Its executor died mid-cycle (the run is resumed while ``running``): past the
                 # contract's crash bound at this cycle, ended instead of driven again.
-                crashes = crashes_at(self.store, ex.run_id, ex.state.cycle)
+                crashes = crashes_at(self.store, ex.run_id, ex.state.cycle, ex.token)
                 bound = crash_bound(ex.contract)
                 if crashes > bound:
                     at = ex.state.cycle + 1
@@ -686,7 +699,8 @@ class Runtime(
                 # Shutting down: the run stays resumable from this checkpoint; the lease is
                 # released on the way out, so another worker can take it at once.
                 self.store.append_events(
-                    ex.run_id, [*ex.events, NewEvent(ex.state.cycle, "drained", {})]
+                    ex.run_id,
+                    [*ex.events, NewEvent(ex.state.cycle, "drained", {"lease": ex.token})],
                 )
                 ex.events = []
                 return
@@ -701,6 +715,26 @@ class Runtime(
             if await (self._check_edit(ex) if check else self._cycle(ex)):
                 return
             reflect = decided = True
+
+
+def _said_alive(store: Store, ex: _Exec, why: str) -> None:
+    """An execution that wrote its start event stops alive, the run left resumable: said by its
+    lease (``interrupted``), so that resuming the run counts no crash of it (``crashes_at``).
+    Written before the lease is handed back; one whose lease was taken over writes it late,
+    unfenced, after its successor's start maybe (read by its token, not where it lies): the
+    one write of a fenced-out executor, its own word and no state, and only to a run still
+    open (an ended one is resumed no more: its log stays as its last executor left it). Not
+    said when the store still fails: the run then counts it as a crash, as a process that
+    died."""
+    with contextlib.suppress(Exception):
+        now = store.get_run(ex.run_id)
+        if now.fencing_token != ex.token or now.lease_owner is None:
+            # taken over meanwhile (a process frozen while its store failed it, too): late
+            if now.status in TERMINAL_STATUSES:
+                return
+            why = LEASE_LOST
+        event = NewEvent(ex.state.cycle, "interrupted", {"lease": ex.token, "why": why})
+        store.append_events(ex.run_id, [event])
 
 
 def _refuse_missing_folder(store: str | None) -> None:

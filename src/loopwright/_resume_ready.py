@@ -13,7 +13,7 @@ from ._exec import fit_history
 from ._host import RuntimeHost
 from ._loop import Loop, check_loop, other_loop
 from ._state import TaskState
-from .store import RunRecord, Store
+from .store import Event, RunRecord, Store
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -108,45 +108,84 @@ def _compensating(store: Store, run_id: str) -> bool:
     return bool(pending.get("stage") == "compensations")
 
 
-# Events after which the run was left on purpose, not by a dying process: a park for a person,
-# a decision, a rollback, a drain at shutdown, an end. An execution's ``started``/``resumed``
-# event with none of these after it, on a run still ``running``, is one that died mid-cycle.
-_LEFT_ON_PURPOSE = frozenset(
+# Events after which the run was left for a person or ended, each written under the run's lease
+# by who held it (a commit, or its holder at once): a park for a person, a rollback, an end.
+# The count starts again after one. (A person's decision is none: it is written beside an
+# execution, a pause lifted before the run parked among them; the park before it counts.)
+_HANDED_OVER = frozenset(
     {
-        *("approval_requested", "approval_decided", "still_waiting", "rolled_back"),
-        *("stopped", "drained", "compensation_reused"),
+        *("approval_requested", "paused", "still_waiting", "rolled_back"),
+        *("stopped", "compensation_reused"),
     }
 )
 _STARTS = frozenset({"started", "resumed"})
+# An execution's word that it stopped alive, naming its lease (``lease``, its fencing token): a
+# drain at shutdown, or ``interrupted`` (Ctrl-C, the store failing under it, a lease lost to
+# another executor). Matched to the execution by that token, never by where it lies in the
+# log: a lost lease is said after the executor that took the run over has started, maybe
+# died. A ``drained`` without a lease (written before leases were named) is read as it was
+# then: a handoff.
+_LEFT_ALIVE = frozenset({"drained", "interrupted"})
+LEASE_LOST = "lease lost"  # (the one such word written late, by an executor taken over)
 _PAGE = 16  # (a crashed execution leaves one event; a page or two reach the count's end)
 
 
-def crashes_at(store: Store, run_id: str, cycle: int) -> int:
+def crashes_at(store: Store, run_id: str, cycle: int, token: int | None = None) -> int:
     """How many executions of a ``running`` run died while driving the cycle after ``cycle``
     (its last concluded one) since that cycle concluded: read from the end of its event log at
-    resume (each execution commits its ``started``/``resumed`` event with the status, before
-    its first call), never during a cycle (invariant 8).
+    resume (each execution commits its ``started``/``resumed`` event, naming its lease, with
+    the status, before its first call), never during a cycle (invariant 8). ``token``: the
+    lease of the execution asking (the one after the last in the log).
 
-    Read backwards up to a ``_LEFT_ON_PURPOSE`` event: the newest execution died (the run is
-    resumed while ``running`` and nothing after its start says it left on purpose); so did each
-    earlier one that started at ``cycle`` (it concluded nothing). The execution that concluded
-    ``cycle`` (started before it: its start, or an event of an earlier cycle, is met first)
-    died after it, and is the last counted."""
-    count, before = 0, None
+    Read backwards up to a ``_HANDED_OVER`` event. Each execution met (its start event) died
+    unless it said it stopped alive (``_LEFT_ALIVE``, by its lease); so did the one that
+    concluded ``cycle`` (its ``decision`` met before its start), unless it said so after that
+    decision, or its lease, the one before its successor's (a takeover takes the lease before
+    plus one), said it was lost. An event written beside the executions (a person's decision,
+    a worker's or the dashboard's note) is passed over."""
+    before: int | None = None
+    met: list[int | None] = []  # the leases of the executions met (their start events)
+    alive: set[int] = set()
+    after = token  # the lease of the execution after the one met next
+    said = False  # a word written under its lease met since the last start (its execution's)
+    concluder = 0  # 1: the execution that concluded ``cycle`` died after it
     while True:
         page = store.events_tail(run_id, before_id=before, limit=_PAGE)
         for e in page:
-            if e.kind in _LEFT_ON_PURPOSE:
-                return count
-            if e.kind in _STARTS:
-                count += 1
+            kind = e.kind
+            if kind in _STARTS:
+                lease = _lease(e)
+                met.append(lease)
                 if e.cycle < cycle:
-                    return count
-            elif e.cycle < cycle:
-                return count + 1
-        if len(page) < _PAGE:
-            return count
-        before = page[-1].id
+                    break
+                after, said = lease, False
+            elif kind in _LEFT_ALIVE:
+                lease = _lease(e)
+                if lease is None:
+                    break
+                alive.add(lease)
+                said = said or e.data.get("why") != LEASE_LOST
+            elif kind in _HANDED_OVER:
+                break
+            elif kind == "decision" and e.cycle <= cycle:
+                # the execution that concluded ``cycle`` (its start further back) died after
+                # it, unless it said otherwise: under its lease (after its decision), or late,
+                # its lease then the one before its successor's (a takeover's)
+                concluder = 0 if said or (after is not None and after - 1 in alive) else 1
+                break
+        else:
+            if len(page) == _PAGE:
+                before = page[-1].id
+                continue
+        # (judged once all is read: a word said as a commit of a group was still on its way
+        # may lie before its execution's start)
+        return concluder + sum(1 for lease in met if lease is None or lease not in alive)
+
+
+def _lease(e: Event) -> int | None:
+    """The lease an execution's event names (none in a log written before they did)."""
+    lease = e.data.get("lease")
+    return lease if isinstance(lease, int) and not isinstance(lease, bool) else None
 
 
 def crash_bound(contract: Contract) -> int:

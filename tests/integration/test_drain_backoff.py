@@ -62,7 +62,9 @@ def test_a_drain_does_not_wait_out_a_retrys_backoff(tmp_path: Path, where: str) 
         run = rt.store.get_run(rec.run_id)
         assert (run.status, run.lease_owner) == ("running", None)  # handed back, resumable
         drained = [e.data for e in rt.store.events(rec.run_id) if e.kind == "drained"]
-        assert drained == [{"in_backoff_of": "actor" if where == "actor" else "effect flaky"}]
+        what = "actor" if where == "actor" else "effect flaky"
+        # (the lease it drained under: a drain is no crash of it, ``crashes_at``)
+        assert drained == [{"in_backoff_of": what, "lease": run.fencing_token}]
         kind = "retry" if where == "actor" else "effect"
         [entry] = rt.store.journal(rec.run_id, kind=kind)
         assert (entry.status, entry.attempts) == ("waiting", 1)  # the next waits out the rest

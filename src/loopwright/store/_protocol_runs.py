@@ -178,7 +178,8 @@ class RunsStore(ABC):
 
     @abstractmethod
     def renew_lease(self, run_id: str, token: int, ttl_s: float) -> None:
-        """Extend a held lease; ``StaleLeaseError`` when the token is no longer current."""
+        """Extend a held lease; ``StaleLeaseError`` when the token is no longer current or
+        the lease was released (a renewal landing after the release writes nothing)."""
 
     @abstractmethod
     def release_lease(self, run_id: str, token: int) -> None:

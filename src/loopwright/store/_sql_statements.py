@@ -109,8 +109,11 @@ class CoreStatements:
         self.take_lease = p(
             "UPDATE runs SET lease_owner=?, lease_expires_at=?, fencing_token=? WHERE run_id=?"
         )
+        # A lease still held (an owner) under its token: a release keeps the token, and a
+        # renewal landing after it (one cancelled in its thread) set an expiry nobody held.
         self.renew_lease = p(
-            f"UPDATE runs SET lease_expires_at={self.expires} WHERE run_id=? AND fencing_token=?"
+            f"UPDATE runs SET lease_expires_at={self.expires} "
+            "WHERE run_id=? AND fencing_token=? AND lease_owner IS NOT NULL"
         )
         self.release_lease = p(
             "UPDATE runs SET lease_owner=NULL, lease_expires_at=NULL "
