@@ -212,6 +212,13 @@ def register_secret(value: str | None) -> None:
 
 
 RegistryState = tuple[frozenset[str], frozenset[str], Any]
+_resets = [0]  # how many times ``reset`` ran: what was registered once may be gone since
+
+
+def resets() -> int:
+    """How many times ``reset`` has run in this process (a memo of "registered already",
+    ``_spec.register_run_secrets``'s, holds only while this is unchanged)."""
+    return _resets[0]
 
 
 def registry_state() -> RegistryState:
@@ -233,6 +240,7 @@ def reset(state: RegistryState | None = None) -> None:
         _registered_fields.intersection_update(fields)
         _registered_fields.update(fields)
         restore_runs(runs)
+        _resets[0] += 1
     _clean_texts.clear()
 
 

@@ -65,7 +65,7 @@ from ._effects import Effect
 from ._errors import ConfigError, SpecError
 from ._loop import Check, Loop
 from ._policy import ApprovalPolicy
-from ._redact import register_secret_field
+from ._redact import register_secret_field, resets
 from ._retry import RetryPolicy
 from ._spec_children import note_folder, note_module
 from .store import RunRecord
@@ -505,7 +505,8 @@ def loop_of_run(rec: RunRecord) -> Loop:
 
 
 _SECRETS_OF = 1024
-_secrets_of: set[tuple[str, int, int]] = set()  # spec files as loaded: (path, mtime, size)
+# spec files as loaded: (path, mtime, size, the registry's resets then)
+_secrets_of: set[tuple[str, int, int, int]] = set()
 
 
 def register_run_secrets(rec: RunRecord) -> bool:
@@ -524,7 +525,7 @@ def register_run_secrets(rec: RunRecord) -> bool:
         st = os.stat(rec.spec_ref)
     except OSError:
         return False
-    key = (rec.spec_ref, st.st_mtime_ns, st.st_size)
+    key = (rec.spec_ref, st.st_mtime_ns, st.st_size, resets())  # (a reset forgot them)
     if key in _secrets_of:
         return True
     try:

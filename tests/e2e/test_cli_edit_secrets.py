@@ -14,7 +14,8 @@ from fastapi.testclient import TestClient
 
 import loopwright as lw
 from loopwright import _redact
-from loopwright._spec import load_spec
+from loopwright._redact import redact_text
+from loopwright._spec import load_spec, register_run_secrets
 from loopwright.web import create_app
 
 from .conftest import cli
@@ -88,3 +89,21 @@ def test_a_key_pasted_into_an_edit_on_the_dashboard_is_not_stored(run: tuple[Pat
     )
     assert r.status_code == 200, r.text
     assert _stored_in_clear(db) == []
+
+
+def test_a_spec_loaded_once_registers_again_after_the_registry_is_reset(
+    run: tuple[Path, str],
+) -> None:
+    # The dashboard loads a spec once per file as it is; the tests' reset of the registry
+    # (tests/conftest.py) forgets what it registered, so the memo must not outlive it: a
+    # later test editing a run of the same spec file found its key unmasked
+    db, run_id = run
+    with lw.Runtime(db) as rt:
+        rec = rt.store.get_run(run_id)
+    piece = KEY[2:20].upper()  # (the whole key is masked anyway: OPENAI_API_KEY's value)
+    assert register_run_secrets(rec)
+    assert redact_text(f"x {piece} {PW}") == "x *** ***"
+    _redact.reset()
+    assert redact_text(f"x {piece} {PW}") == f"x {piece} {PW}"
+    assert register_run_secrets(rec)
+    assert redact_text(f"x {piece} {PW}") == "x *** ***"
