@@ -7,6 +7,7 @@ build the run's loop from its spec first (``_spec.register_run_secrets``), which
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,54 @@ def test_a_spec_loaded_once_registers_again_after_the_registry_is_reset(
     assert redact_text(f"x {piece} {PW}") == f"x {piece} {PW}"
     assert register_run_secrets(rec)
     assert redact_text(f"x {piece} {PW}") == "x *** ***"
+
+
+def _parked(project: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict[str, str]]:
+    """A run parked on a request, of a loop that registers its own key where its spec's
+    module is imported (as docs/security.md tells), from a variable whose name does not look
+    secret; run by another process (this one has not imported the module)."""
+    monkeypatch.setenv("MODEL_CRED", KEY)
+    mod = project / "loopmod.py"
+    mod.write_text("import os\nimport loopwright as lw\n" + mod.read_text())
+    mod.write_text(mod.read_text() + "\nlw.register_secret(os.environ['MODEL_CRED'])\n")
+    store = project / "s.db"
+    task = project / "t.json"
+    task.write_text(json.dumps({"artifacts": {"doc": {"a": 0, "b": 0, "c": 3, "pay": 0}}}))
+    parked = cli("run", "loop.toml", "--task", str(task), cwd=project, store=store)
+    assert parked.returncode == 4, parked.stdout + parked.stderr  # the payment's change waits
+    (pending,) = json.loads(cli("approvals", "--json", cwd=project, store=store).stdout)
+    return store, pending
+
+
+def _key_pieces_in(store: Path) -> list[str]:
+    raw = b"".join(p.read_bytes() for p in store.parent.iterdir() if p.name.startswith("s.db"))
+    return [KEY[i : i + 16] for i in range(len(KEY) - 15) if KEY[i : i + 16].encode() in raw]
+
+
+def test_a_key_pasted_into_a_decisions_note_from_the_cli_is_not_stored(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `loopwright approve` imported nothing of the loop: the note kept the key in clear
+    store, pending = _parked(project, monkeypatch)
+    note = f"ok, the key was {KEY}"
+    done = cli(
+        "approve", pending["run_id"], "--by", "ana", "--note", note, cwd=project, store=store
+    )
+    assert done.returncode == 0, done.stderr
+    assert _key_pieces_in(store) == []
+
+
+def test_a_key_pasted_into_a_decisions_note_on_the_dashboard_is_not_stored(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, pending = _parked(project, monkeypatch)
+    c = TestClient(create_app(str(store), token=TOKEN, identity="ana"), base_url=LOCAL)
+    r = c.post(
+        f"/api/approvals/{pending['approval_id']}/approve",
+        json={"note": f"ok, the key was {KEY}"},
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    assert r.status_code == 200, r.text
+    for t in c.app.state.resumes:  # type: ignore[attr-defined]  (the resume it started)
+        t.join(60)
+    assert _key_pieces_in(store) == []

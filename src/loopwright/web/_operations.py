@@ -77,6 +77,7 @@ def decide(
     rt = Runtime(store)
     by, where = auth.who(request), origin_of(request)
     try:
+        register_run_secrets(store.get_run(a.run_id))  # the loop's keys masked in note, answer
         if how == "approve":
             done = rt.approve(a.run_id, by=by, note=note, approval_id=a.approval_id, origin=where)
         elif how == "deny":
