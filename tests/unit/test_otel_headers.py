@@ -7,9 +7,9 @@ neither was masked before."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
 
 import loopwright as lw
 from loopwright._errors import LoopwrightError
@@ -26,6 +26,13 @@ HEADERS = (
 ECHO = f"401: bad team {TEAM} (token {TOKEN})"
 
 
+def _provider() -> Any:
+    """A provider given to the ``Runtime`` (no exporter is built, nothing is sent): the
+    ``otel`` extra's."""
+    trace = pytest.importorskip("opentelemetry.sdk.trace")
+    return trace.TracerProvider()
+
+
 @pytest.fixture
 def otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
@@ -37,7 +44,7 @@ def test_a_traced_runtime_masks_the_exporters_header_credentials(
     otel_env: None, tmp_path: Path
 ) -> None:
     assert redact_text(ECHO) == ECHO  # nothing registered yet
-    provider = TracerProvider()  # (given: no exporter is built, nothing is sent)
+    provider = _provider()
     with lw.Runtime(str(tmp_path / "s.db"), tracer_provider=provider):
         pass
     provider.shutdown()
@@ -48,6 +55,7 @@ def test_a_traced_runtime_masks_the_exporters_header_credentials(
 
 
 def test_the_environments_provider_registers_them_too(otel_env: None) -> None:
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter")
     provider = provider_from_env()
     assert provider is not None
     provider.shutdown()
@@ -59,7 +67,7 @@ def test_trace_traces_headers_and_a_dsn(monkeypatch: pytest.MonkeyPatch, tmp_pat
     monkeypatch.setenv(
         "OTEL_EXPORTER_OTLP_TRACES_HEADERS", f"uptrace-dsn=https://{DSN_TOKEN}@api.uptrace.dev"
     )
-    provider = TracerProvider()
+    provider = _provider()
     with lw.Runtime(str(tmp_path / "s.db"), tracer_provider=provider):
         pass
     provider.shutdown()
