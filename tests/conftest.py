@@ -116,15 +116,9 @@ def _process_state_as_at_start() -> None:
     """
     from loopwright import _redact
 
-    _redact._clean_texts.clear()
-    registered, fields = _BASELINE.setdefault(
-        "redact", (frozenset(_redact._registered), frozenset(_redact._registered_fields))
-    )
-    with _redact._lock:
-        _redact._registered.intersection_update(registered)
-        _redact._registered.update(registered)
-        _redact._registered_fields.intersection_update(fields)
-        _redact._registered_fields.update(fields)
+    # the values, the field names and the index of the values' 16-character pieces (emptying
+    # the values alone left a former value's pieces masked), and the cache of clean texts
+    _redact.reset(_BASELINE.setdefault("redact", _redact.registry_state()))
     limits = sys.modules.get("loopwright.adapters._limits")  # not imported here if not yet
     gates = _BASELINE.setdefault("gates", {} if limits is None else dict(limits._gates))
     if limits is not None:

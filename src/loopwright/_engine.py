@@ -42,7 +42,7 @@ from ._json import check_given_text
 from ._live_owners import hold_owner, release_owner
 from ._loop import Loop, check_loop
 from ._memory import FeedbackMemory
-from ._otel_env import otel_tracing_configured
+from ._otel_env import otel_tracing_configured, register_otlp_headers
 from ._owners import owner_name
 from ._parking import Parking
 from ._pause import Pausing
@@ -192,6 +192,9 @@ class Runtime(
         # lazily and only then: the trace package (and opentelemetry) is not loaded otherwise.
         self._live = None
         if tracer_provider is not None or otel_tracing_configured():
+            # the exporter's header credentials masked from now on (a provider given builds
+            # its exporter from the same variables, unless told otherwise)
+            register_otlp_headers()
             from .trace._live import live_tracer
 
             try:

@@ -55,7 +55,7 @@ from ._redact_forms import (  # noqa: F401  (re-exported: their home before the 
     _mask_base64,
     _written,
 )
-from ._redact_runs import any_run, mask_runs, register_runs
+from ._redact_runs import any_run, mask_runs, register_runs, restore_runs, runs_state
 from ._redact_shapes import (  # noqa: F401  (re-exported: their home before the split)
     _PREFILTER,
     _SHAPES,
@@ -209,6 +209,39 @@ def register_secret(value: str | None) -> None:
         with _lock:
             _registered.update(_written(value))
         register_runs(value, _registered)  # and its pieces (``_redact_runs``)
+
+
+RegistryState = tuple[frozenset[str], frozenset[str], Any]
+_resets = [0]  # how many times ``reset`` ran: what was registered once may be gone since
+
+
+def resets() -> int:
+    """How many times ``reset`` has run in this process (a memo of "registered already",
+    ``_spec.register_run_secrets``'s, holds only while this is unchanged)."""
+    return _resets[0]
+
+
+def registry_state() -> RegistryState:
+    """What is registered now: the values, the field names and the index of the values'
+    pieces (``_redact_runs``), for ``reset``."""
+    with _lock:
+        return frozenset(_registered), frozenset(_registered_fields), runs_state()
+
+
+def reset(state: RegistryState | None = None) -> None:
+    """Back to ``state`` (``registry_state``; None: nothing registered, as a process starts):
+    the values, the field names, and the index of the values' pieces with them. Emptying
+    the values alone left their pieces indexed: a former value's 16-character piece was
+    still masked. The cache of texts found clean is emptied too (tests: ``conftest``)."""
+    values, fields, runs = state if state is not None else (frozenset(), frozenset(), None)
+    with _lock:
+        _registered.intersection_update(values)
+        _registered.update(values)
+        _registered_fields.intersection_update(fields)
+        _registered_fields.update(fields)
+        restore_runs(runs)
+        _resets[0] += 1
+    _clean_texts.clear()
 
 
 def register_secret_field(name: str) -> None:

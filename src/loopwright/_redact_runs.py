@@ -68,6 +68,17 @@ def register_runs(value: str, registry: object) -> None:
         _index[0] = (registry, (*values, low), new, tuple(sorted(new, key=len, reverse=True)))
 
 
+def runs_state() -> _Index:
+    """The index as it is now (for ``restore_runs``: ``_redact.reset``)."""
+    return _index[0]
+
+
+def restore_runs(state: _Index | None = None) -> None:
+    """Put back the index ``runs_state`` returned (None: no pieces, as a process starts)."""
+    with _lock:
+        _index[0] = (None, (), {}, ()) if state is None else state
+
+
 def _needles(registry: object) -> tuple[str, ...]:
     index = _index[0]
     return index[3] if index[0] is registry else ()

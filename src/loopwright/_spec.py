@@ -65,12 +65,12 @@ from ._effects import Effect
 from ._errors import ConfigError, SpecError
 from ._loop import Check, Loop
 from ._policy import ApprovalPolicy
-from ._redact import register_secret_field
+from ._redact import register_secret_field, resets
 from ._retry import RetryPolicy
 from ._spec_children import note_folder, note_module
 from .store import RunRecord
 
-__all__ = ["load_spec", "loop_of_run", "resolve_ref"]
+__all__ = ["load_spec", "loop_of_run", "register_run_secrets", "resolve_ref"]
 
 _TOP = {
     "name",
@@ -502,6 +502,40 @@ def loop_of_run(rec: RunRecord) -> Loop:
             field="spec",
         )
     return load_spec(rec.spec_ref)
+
+
+_SECRETS_OF = 1024
+# spec files as loaded: (path, mtime, size, the registry's resets then)
+_secrets_of: set[tuple[str, int, int, int]] = set()
+
+
+def register_run_secrets(rec: RunRecord) -> bool:
+    """Register what the run's loop registers when it is built, by building it from its spec
+    file: its adapters' API keys and URL credentials, its ``secret_fields``. A process that
+    writes a person's value into a run without running its loop (``loopwright edit``, the
+    dashboard's edit) masks in it what the loop's own process masks in an actor's proposal;
+    it masked only what it had registered itself (usually nothing: a model key pasted into
+    an edit was stored in clear). Building an adapter calls nothing. Done once per spec file
+    as it is (its path, modification time and size: the dashboard edits many runs of one
+    loop). False where the run has no spec file here or it no longer loads: the edit is
+    masked for what the process has registered, as before (docs/security.md)."""
+    if not rec.spec_ref:
+        return False
+    try:
+        st = os.stat(rec.spec_ref)
+    except OSError:
+        return False
+    key = (rec.spec_ref, st.st_mtime_ns, st.st_size, resets())  # (a reset forgot them)
+    if key in _secrets_of:
+        return True
+    try:
+        load_spec(rec.spec_ref)
+    except ConfigError:  # (a SpecError too: the edit goes on without)
+        return False
+    if len(_secrets_of) >= _SECRETS_OF:
+        _secrets_of.clear()
+    _secrets_of.add(key)
+    return True
 
 
 def _model_limits(table: Any, fns: list[Any]) -> None:

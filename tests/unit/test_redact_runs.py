@@ -164,3 +164,16 @@ def test_registering_grows_with_distinct_values_only_and_ignores_empty_or_short_
     register_secret(OTHER)  # a rotated key: both masked from now on
     assert len(_redact._registered) > size and len(_redact_runs._index[0][2]) > pieces
     assert redact_text(f"{KEY} {OTHER}") == f"{REDACTED} {REDACTED}"
+
+
+def test_reset_forgets_a_former_values_pieces() -> None:
+    # ``_redact.reset`` (what tests/conftest.py runs before each test) empties the index of
+    # pieces with the values: emptying the values alone left a former key's pieces masked
+    assert redact_text(KEY[8:].upper()) == REDACTED
+    before = _redact.registry_state()
+    _redact.reset()
+    register_secret(OTHER)  # (with nothing registered, no piece is looked for at all)
+    assert redact_text(KEY[8:].upper()) == KEY[8:].upper()
+    assert redact_text(KEY[-RUN_MIN:]) == KEY[-RUN_MIN:]
+    _redact.reset(before)  # and what was registered comes back, its pieces with it
+    assert redact_text(KEY[8:].upper()) == REDACTED

@@ -226,12 +226,14 @@ def _decide(
     token: str | None = None,
 ) -> None:
     from .._engine import Runtime
+    from .._spec import register_run_secrets
     from ._people_cmd import acting_as
     from ._render import say
 
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
         who = acting_as(rt.store, by, token, action=how, target=f"run {rec.run_id}")
+        register_run_secrets(rec)  # the loop's keys masked in the note and the answer
         # --resume of a run no spec file here loads: refused before the decision is made
         # (it was made, then the resume refused: an error for a decision that happened)
         loop = _loop_for(rec) if resume_now else None

@@ -167,6 +167,7 @@ def edit(
     """Give PART of RUN a new version authored by a person: accepted, recorded with the diff,
     and remembered as an `edit` signal for the task. An ended run is reopened."""
     from .._engine import Runtime
+    from .._spec import register_run_secrets
     from ._render import say
     from ._table import interrupted
 
@@ -216,6 +217,8 @@ def edit(
                         field="--file",
                     ) from None
         who = acting_as(rt.store, by, token, action="edit", target=f"run {rec.run_id}")
+        # the loop's API keys and URL credentials masked in the value, as in an actor's edit
+        register_run_secrets(rec)
         with as_options(part="PART", value="--value", note="--note", by="--by"):
             # (and why a resume will not judge the edit, as the edit found it)
             rec, why = rt._edit(rec.run_id, part, new, by=who, note=note, origin="cli")

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._contract import TERMINAL_STATUSES
-from .._otel_env import otel_tracing_configured
+from .._otel_env import otel_tracing_configured, register_otlp_headers
 from .._redact import redact, redact_text
 from .._redact_logs import masked_logger
 from ..store import Approval, Checkpoint, Event, RunRecord, Store
@@ -77,6 +77,7 @@ def provider_from_env(env: Mapping[str, str] | None = None) -> Any | None:
     env = os.environ if env is None else env
     if not otel_tracing_configured(env):
         return None
+    register_otlp_headers(env)  # the exporter's credentials masked (a collector's echo)
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import SERVICE_NAME, Resource

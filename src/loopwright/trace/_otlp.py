@@ -29,6 +29,7 @@ from typing import IO, Any, Literal
 from urllib.parse import urlsplit
 
 from .._errors import ConfigError, LoopwrightError, check_choice
+from .._otel_env import register_header_values
 from .._redact import redact, redact_text
 from .._userinfo import NoRedirect, without_userinfo
 from ..store import RunRecord, Store
@@ -326,6 +327,7 @@ def export_otlp(
     """
     check_choice(encoding, ("json", "protobuf"), "encoding")
     check_headers(headers or {})
+    register_header_values(headers or {})  # a collector echoing a key given as a header
     url, auth = without_userinfo(traces_url(endpoint))
     sent = {**auth, **(headers or {})}  # an Authorization header given wins
     doc = otlp_trace(store, run_id, service_name=service_name)

@@ -19,7 +19,7 @@ from .._errors import (
 )
 from .._people import _printable_note
 from .._redact import redact_text
-from .._spec import loop_of_run
+from .._spec import loop_of_run, register_run_secrets
 from ..store import Approval, NewEvent, RunRecord, Store
 from ._context import RESUMING, WebContext
 from ._http import http_error, origin_of, text_field
@@ -77,6 +77,7 @@ def decide(
     rt = Runtime(store)
     by, where = auth.who(request), origin_of(request)
     try:
+        register_run_secrets(store.get_run(a.run_id))  # the loop's keys masked in note, answer
         if how == "approve":
             done = rt.approve(a.run_id, by=by, note=note, approval_id=a.approval_id, origin=where)
         elif how == "deny":
@@ -252,6 +253,9 @@ def edit_part(
     if resume:  # refused before the edit when the server has no room to resume the run
         ctx.room_to_resume(by, origin_of(request), run_id, "resume")
     try:
+        # the loop's API keys and URL credentials masked in the value, as in an actor's edit
+        # (its spec built once per spec file as it is; a run without one: what is registered)
+        register_run_secrets(store.get_run(run_id))
         # (and why a resume will not judge the edit, as the edit found it)
         done, blocked = Runtime(store)._edit(
             run_id,

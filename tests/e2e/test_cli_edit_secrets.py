@@ -1,0 +1,161 @@
+"""A person's edit made where the loop does not run (``loopwright edit``, the dashboard) is
+masked for the loop's own secrets: the API key its model adapter reads from the environment
+and the password of its ``base_url``. Those processes build no adapter of their own, so they
+had registered nothing and stored a key pasted into an edit in clear (invariant 9); they now
+build the run's loop from its spec first (``_spec.register_run_secrets``), which calls nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+import loopwright as lw
+from loopwright import _redact
+from loopwright._redact import redact_text
+from loopwright._spec import load_spec, register_run_secrets
+from loopwright.web import create_app
+
+from .conftest import cli
+
+KEY = "Zq7Rm2Vx9Kp4Wt6Ly1Nb8Hd3Gs5Fj0Ce"  # the model key, in the environment only
+PW = "Px8Lw3Qz6Rk1Vm9T"  # the password in the spec's base_url
+TOKEN = "dashboard-token-0123456789"
+LOCAL = "http://127.0.0.1"
+
+SPEC = f"""
+name = "keys"
+[actor]
+ref = "loopwright.adapters:ChatActor"
+options = {{ model = "m", base_url = "http://bob:{PW}@127.0.0.1:9/v1" }}
+[[verifiers]]
+ref = "checks.py:check"
+[contract.budget]
+max_cycles = 2
+"""
+
+CHECKS = """
+import loopwright as lw
+
+def check(state, proposal):
+    return lw.Verdict(passed=False, score=0.5)
+"""
+
+
+@pytest.fixture
+def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    """A run created from the spec (not run: no model is called), in a store of its own; this
+    process's registry emptied again after, as the CLI's or the dashboard's would be."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    (tmp_path / "checks.py").write_text(CHECKS)
+    (tmp_path / "loop.toml").write_text(SPEC)
+    db = tmp_path / "s.db"
+    with lw.Runtime(db) as rt:
+        rec, _ = rt.create(load_spec(tmp_path / "loop.toml"), {"artifacts": {"doc": {"a": ""}}})
+    _redact.reset()
+    return db, rec.run_id
+
+
+PASTED = f"key {KEY} again {KEY[3:22].upper()} proxy {PW}"
+
+
+def _stored_in_clear(db: Path) -> list[str]:
+    raw = b"".join(p.read_bytes() for p in db.parent.iterdir() if p.name.startswith("s.db"))
+    low = raw.lower()
+    pieces = {KEY[i : i + 16] for i in range(len(KEY) - 15)} | {PW}
+    return sorted(p for p in pieces if p.lower().encode() in low)
+
+
+def test_a_key_pasted_into_an_edit_from_the_cli_is_not_stored(
+    run: tuple[Path, str], tmp_path: Path
+) -> None:
+    db, run_id = run
+    done = cli("edit", run_id, "doc/a", "--value", PASTED, "--by", "ann", cwd=tmp_path, store=db)
+    assert done.returncode == 0, done.stderr
+    assert _stored_in_clear(db) == []
+    with lw.Runtime(db) as rt:
+        assert rt.result(run_id).state.values()["doc"]["a"] == "key *** again *** proxy ***"
+
+
+def test_a_key_pasted_into_an_edit_on_the_dashboard_is_not_stored(run: tuple[Path, str]) -> None:
+    db, run_id = run
+    c = TestClient(create_app(str(db), token=TOKEN, identity="ana"), base_url=LOCAL)
+    r = c.post(
+        f"/api/runs/{run_id}/parts/doc/a",
+        json={"value": PASTED},
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    assert r.status_code == 200, r.text
+    assert _stored_in_clear(db) == []
+
+
+def test_a_spec_loaded_once_registers_again_after_the_registry_is_reset(
+    run: tuple[Path, str],
+) -> None:
+    # The dashboard loads a spec once per file as it is; the tests' reset of the registry
+    # (tests/conftest.py) forgets what it registered, so the memo must not outlive it: a
+    # later test editing a run of the same spec file found its key unmasked
+    db, run_id = run
+    with lw.Runtime(db) as rt:
+        rec = rt.store.get_run(run_id)
+    piece = KEY[2:20].upper()  # (the whole key is masked anyway: OPENAI_API_KEY's value)
+    assert register_run_secrets(rec)
+    assert redact_text(f"x {piece} {PW}") == "x *** ***"
+    _redact.reset()
+    assert redact_text(f"x {piece} {PW}") == f"x {piece} {PW}"
+    assert register_run_secrets(rec)
+    assert redact_text(f"x {piece} {PW}") == "x *** ***"
+
+
+def _parked(project: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict[str, str]]:
+    """A run parked on a request, of a loop that registers its own key where its spec's
+    module is imported (as docs/security.md tells), from a variable whose name does not look
+    secret; run by another process (this one has not imported the module)."""
+    monkeypatch.setenv("MODEL_CRED", KEY)
+    mod = project / "loopmod.py"
+    mod.write_text("import os\nimport loopwright as lw\n" + mod.read_text())
+    mod.write_text(mod.read_text() + "\nlw.register_secret(os.environ['MODEL_CRED'])\n")
+    store = project / "s.db"
+    task = project / "t.json"
+    task.write_text(json.dumps({"artifacts": {"doc": {"a": 0, "b": 0, "c": 3, "pay": 0}}}))
+    parked = cli("run", "loop.toml", "--task", str(task), cwd=project, store=store)
+    assert parked.returncode == 4, parked.stdout + parked.stderr  # the payment's change waits
+    (pending,) = json.loads(cli("approvals", "--json", cwd=project, store=store).stdout)
+    return store, pending
+
+
+def _key_pieces_in(store: Path) -> list[str]:
+    raw = b"".join(p.read_bytes() for p in store.parent.iterdir() if p.name.startswith("s.db"))
+    return [KEY[i : i + 16] for i in range(len(KEY) - 15) if KEY[i : i + 16].encode() in raw]
+
+
+def test_a_key_pasted_into_a_decisions_note_from_the_cli_is_not_stored(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `loopwright approve` imported nothing of the loop: the note kept the key in clear
+    store, pending = _parked(project, monkeypatch)
+    note = f"ok, the key was {KEY}"
+    done = cli(
+        "approve", pending["run_id"], "--by", "ana", "--note", note, cwd=project, store=store
+    )
+    assert done.returncode == 0, done.stderr
+    assert _key_pieces_in(store) == []
+
+
+def test_a_key_pasted_into_a_decisions_note_on_the_dashboard_is_not_stored(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, pending = _parked(project, monkeypatch)
+    c = TestClient(create_app(str(store), token=TOKEN, identity="ana"), base_url=LOCAL)
+    r = c.post(
+        f"/api/approvals/{pending['approval_id']}/approve",
+        json={"note": f"ok, the key was {KEY}"},
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    assert r.status_code == 200, r.text
+    for t in c.app.state.resumes:  # type: ignore[attr-defined]  (the resume it started)
+        t.join(60)
+    assert _key_pieces_in(store) == []
