@@ -196,15 +196,19 @@ class GroupCommitter:
         return kept
 
     async def close(self) -> None:
-        """Wait for what is queued, then stop the committer task."""
+        """Wait for what is queued and being written, then stop the committer task. A queued
+        commit whose run was cancelled at its durability point (its future cancelled with it)
+        is still written, and waited for: its cancellation is its run's. Awaited here, it was
+        raised into the run that closes, skipping the rest of its winding down (its heartbeat's
+        cancel, its lease's release; review53a)."""
         while self._queue or self._writing:
-            if self._queue:
-                _, fut = self._queue[-1]
-                with contextlib.suppress(Exception):
-                    await fut
-            else:
-                with contextlib.suppress(Exception):
-                    await asyncio.gather(*self._writing, return_exceptions=True)
+            waits = {fut for _, fut in self._queue if not fut.done()} | self._writing
+            if waits:  # (``wait``: neither raises their outcome nor cancels them)
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            elif self._task is None or self._task.done():
+                break  # (nothing would take them: not waited for ever)
+            else:  # queued, each future cancelled: the committer takes them within a turn
+                await asyncio.sleep(0)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
