@@ -28,6 +28,7 @@ class _GatedStore:
     def __init__(self) -> None:
         self.gate = threading.Event()
         self.written: list[tuple[str, int]] = []
+        self.finished: list[int] = []  # each write's size, once it has returned
         self._lock = threading.Lock()
 
     def commit_many(self, reqs: list[Any]) -> list[bool]:
@@ -36,6 +37,7 @@ class _GatedStore:
             self.written.extend((r.run_id, r.seq) for r in reqs)
         if first:
             assert self.gate.wait(PATIENCE)
+        self.finished.append(len(reqs))
         return [False] * len(reqs)
 
 
@@ -68,8 +70,47 @@ def test_close_waits_past_a_queued_commit_whose_run_was_cancelled() -> None:
         return store.written
 
     # both written, in order: the cancelled run's commit still lands (as a crash after it)
-    assert asyncio.run(main()) == [("a", 1), ("a", 2)]
+    try:
+        assert asyncio.run(main()) == [("a", 1), ("a", 2)]
+    finally:
+        store.gate.set()  # (a thread left waiting on it ends)
 
 
 async def _await(fut: asyncio.Future[bool]) -> None:
     await fut
+
+
+def test_close_waits_for_the_batch_being_written_whose_runs_were_cancelled() -> None:
+    """SQLite's committer writes a batch of several in a thread from its own task: with every
+    run of the batch cancelled (their futures with them) and nothing queued, ``close`` still
+    waits for that write before it stops the committer, which cancelling mid-write left
+    going in its thread after the runtime had closed."""
+    store = _GatedStore()
+    store.concurrent_writers = False  # type: ignore[misc]
+
+    async def main() -> list[tuple[str, int]]:
+        committer = _group.GroupCommitter(store)  # type: ignore[arg-type]
+        futs = [committer.submit(_req(r, 1)) for r in ("a", "b")]  # one batch of two
+        for _ in range(1000):  # (turns until the committer has taken it: a hang guard)
+            if not committer._queue:
+                break
+            await asyncio.sleep(0)
+        runs = [asyncio.create_task(_await(f)) for f in futs]
+        await asyncio.sleep(0)
+        for run in runs:
+            run.cancel()  # its runs cancelled: their futures with them
+        await asyncio.sleep(0)
+        assert all(f.cancelled() for f in futs) and not committer._queue
+        closing = asyncio.create_task(committer.close())
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not closing.done()  # the batch is still being written
+        store.gate.set()
+        await asyncio.wait_for(closing, PATIENCE)
+        assert store.finished == [2]
+        return store.written
+
+    try:
+        assert asyncio.run(main()) == [("a", 1), ("b", 1)]
+    finally:
+        store.gate.set()  # (a thread left waiting on it ends)
