@@ -27,8 +27,9 @@ from ._errors import ConfigError
 from ._exec import Execution, GaveUp, OutOfTime, OverBudget, error_info, priced_dict
 from ._modelcalls import MODEL_CALL, SINK
 from ._retry import RetryPolicy
+from ._store_threads import written
 from ._usage import Usage, plain_usage
-from .store import NewEvent, Store
+from .store import JournalEntry, NewEvent, Store
 from .store._base import with_newer
 
 __all__ = ["call_with_retry"]
@@ -205,8 +206,10 @@ async def call_with_retry(
             }
             # A bill must outlive the process, not the machine: the cycle's commit syncs it
             # (a store written before ``lazy`` was a keyword writes it as any other).
-            wrote = with_newer(store.journal_put, put, {"lazy": True})
-            ex.retries[key] = wrote if wrote is not None else store.journal_put(**put)
+            # (a store whose write can wait on the run's row lock, PostgreSQL: from a thread;
+            # on the event loop, a bill waiting on a row another session held stopped every
+            # run of the process, once a billed call: review53a)
+            ex.retries[key] = await written(store, _put_bill, store, put)
         return got
 
 
@@ -279,7 +282,9 @@ async def _failed_attempt(
                 delay = None
     status = "gave_up" if delay is None else "waiting"
     next_at = time.time() + (delay or 0.0)
-    ex.retries[key] = store.journal_put(
+    ex.retries[key] = await written(
+        store,
+        store.journal_put,
         ex.run_id,
         ex.token,
         key=key,
@@ -336,6 +341,13 @@ async def _failed_attempt(
 
 
 _NOTHING = Usage()
+
+
+def _put_bill(store: Store, put: dict[str, Any]) -> JournalEntry:
+    """A billed call's journal entry written: lazily where the store can (the cycle's commit
+    syncs it), else as any other write."""
+    wrote = with_newer(store.journal_put, put, {"lazy": True})
+    return wrote if wrote is not None else store.journal_put(**put)
 
 
 def _call_events(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
+from typing import Any
 
 from ._errors import StoreError
 from ._memory import RECALL_RANKED
@@ -42,6 +43,10 @@ class GroupCommitter:
         self._queue: list[tuple[CommitRequest, asyncio.Future[bool]]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # clear while the committer task writes a batch itself (not a store of concurrent
+        # writers: ``_run``), so that ``close`` waits for it too
+        self._idle = asyncio.Event()
+        self._idle.set()
         # A store whose writes can wait on another session's row lock (PostgreSQL:
         # ``Store.concurrent_writers``): every batch is written in a thread, and batches of
         # other runs go on while one waits (evloop53). Its batch of one written on the event
@@ -82,13 +87,17 @@ class GroupCommitter:
                 continue
             batch, self._queue = self._queue, []
             if batch:
+                self._idle.clear()
                 # Written in a call of its own, so that nothing here holds the batch while the
                 # committer waits for the next: each request goes when its run has settled it,
                 # among the objects its next cycle makes. Held here until the next batch, a
                 # hundred runs' requests (about 40 objects each) were freed in one lump a
                 # batch; the collector's young generation then saw thousands of objects
                 # made and kept a batch, and collected (and promoted) them at every turn.
-                await self._write(batch)
+                try:
+                    await self._write(batch)
+                finally:
+                    self._idle.set()
                 del batch
 
     def _start_batches(self) -> None:
@@ -195,15 +204,27 @@ class GroupCommitter:
         return kept
 
     async def close(self) -> None:
-        """Wait for what is queued, then stop the committer task."""
-        while self._queue or self._writing:
-            if self._queue:
-                _, fut = self._queue[-1]
-                with contextlib.suppress(Exception):
-                    await fut
-            else:
-                with contextlib.suppress(Exception):
-                    await asyncio.gather(*self._writing, return_exceptions=True)
+        """Wait for what is queued and being written, then stop the committer task. A queued
+        commit whose run was cancelled at its durability point (its future cancelled with it)
+        is still written, and waited for: its cancellation is its run's. Awaited here, it was
+        raised into the run that closes, skipping the rest of its winding down (its heartbeat's
+        cancel, its lease's release; review53a)."""
+        while self._queue or self._writing or not self._idle.is_set():
+            waits: set[asyncio.Future[Any]] = {f for _, f in self._queue if not f.done()}
+            waits |= self._writing
+            idle = None if self._idle.is_set() else self.loop.create_task(self._idle.wait())
+            if idle is not None:
+                waits.add(idle)
+            if waits:  # (``wait``: neither raises their outcome nor cancels them)
+                try:
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if idle is not None:
+                        idle.cancel()
+            elif self._task is None or self._task.done():
+                break  # (nothing would take them: not waited for ever)
+            else:  # queued, each future cancelled: the committer takes them within a turn
+                await asyncio.sleep(0)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -26,6 +26,7 @@ from ._memory import MemoryItem
 from ._modelcalls import clip_masked
 from ._proposal import Verdict
 from ._redact import redact_text
+from ._store_threads import written
 from .store import Checkpoint, NewEvent
 
 REFLECTION_CHARS = 4000  # a reflection kept as a note: what is past it is cut (and said)
@@ -67,17 +68,17 @@ class Reflection(RuntimeHost):
                 threaded=ex.threaded,
             )
         except Exception as exc:
-            self._mark_reflection(ex, "failed", exc)
+            await self._mark_reflection(ex, "failed", exc)
             return
         finally:
             # Reflecting is part of the run's time, finished or not (invariant 7).
             s.spent = s.spent.add_seconds(time.perf_counter() - t0)
         if text is not None and not isinstance(text, str):
             bad = TypeError(f"the reflector returned {type(text).__name__}, expected str or None")
-            self._mark_reflection(ex, "failed", bad)
+            await self._mark_reflection(ex, "failed", bad)
             return
         if not text or not text.strip():
-            self._mark_reflection(ex, "empty")
+            await self._mark_reflection(ex, "empty")
             return
         try:
             item, new = self.memory.reflect(
@@ -89,14 +90,14 @@ class Reflection(RuntimeHost):
                 keep=loop.reflections_kept,
             )
         except Exception as exc:  # memory is best effort: a failure never fails the run
-            self._mark_reflection(ex, "failed", exc)
+            await self._mark_reflection(ex, "failed", exc)
             return
         data: dict[str, Any] = {"memory_id": item.memory_id}
         if not new:
             data["again"] = True  # the same note as a kept one: nothing new was written
-        self._mark_reflection(ex, "done", data=data)
+        await self._mark_reflection(ex, "done", data=data)
 
-    def _mark_reflection(
+    async def _mark_reflection(
         self,
         ex: _Exec,
         status: str,
@@ -106,25 +107,10 @@ class Reflection(RuntimeHost):
     ) -> None:
         """The reflection of the current cycle is over: its event and the run's mark, in one
         transaction (a resume reflects on a cycle without a mark). Fenced: a stale lease
-        raises, as any write of the run does."""
-        n = ex.state.cycle
-        event: NewEvent | None = None
-        if exc is not None:
-            # An error's text can hold what the reflector was given, a key included.
-            data = {"error": redact_text(str(exc))[:300]}
-            event = NewEvent(n, "reflection_failed", data)
-        elif status == "done":
-            event = NewEvent(n, "reflected", dict(data or {}))
-        self.store.journal_put(
-            ex.run_id,
-            ex.token,
-            key=REFLECTION_KEY,
-            kind=REFLECTION_KEY,
-            cycle=n,
-            status=status,
-            data=dict(data or {}),
-            events=[event] if event is not None else [],
-        )
+        raises, as any write of the run does. On a store whose write can wait on the run's row
+        lock (PostgreSQL), from a thread: on the event loop, a mark waiting on a row another
+        session held stopped every run of the process, once a cycle (review53a)."""
+        await written(self.store, self.store.journal_put, **_mark(ex, status, exc, data))
 
     def _owed_reflection(self, ex: _Exec) -> bool:
         """Whether the run, being resumed, owes its last concluded cycle a reflection (the
@@ -162,7 +148,9 @@ class Reflection(RuntimeHost):
         kept = self._kept_note(ex)
         if kept is not None:
             # The note was written, the mark was not: record it, do not ask for another.
-            self._mark_reflection(ex, "done", data={"memory_id": kept, "recovered": True})
+            # (once, as the run resumes: on the loop, as a parked run's writes then are)
+            mark = _mark(ex, "done", None, {"memory_id": kept, "recovered": True})
+            self.store.journal_put(**mark)
             return False
         state = before.task_state()
         ids = [str(m) for m in record.get("memory") or ()]
@@ -223,3 +211,27 @@ def _cycle_commits(cps: list[Checkpoint], cycle: int) -> tuple[Checkpoint, Check
 
 def _passed_over(record: dict[str, Any] | None) -> bool:
     return record is None or record.get("decision") == "edit"
+
+
+def _mark(
+    ex: _Exec, status: str, exc: BaseException | None, data: dict[str, Any] | None
+) -> dict[str, Any]:
+    """``Store.journal_put``'s arguments for the mark of the current cycle's reflection."""
+    n = ex.state.cycle
+    event: NewEvent | None = None
+    if exc is not None:
+        # An error's text can hold what the reflector was given, a key included.
+        data = {"error": redact_text(str(exc))[:300]}
+        event = NewEvent(n, "reflection_failed", data)
+    elif status == "done":
+        event = NewEvent(n, "reflected", dict(data or {}))
+    return {
+        "run_id": ex.run_id,
+        "token": ex.token,
+        "key": REFLECTION_KEY,
+        "kind": REFLECTION_KEY,
+        "cycle": n,
+        "status": status,
+        "data": dict(data or {}),
+        "events": [event] if event is not None else [],
+    }
