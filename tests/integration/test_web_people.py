@@ -564,3 +564,29 @@ def test_an_operator_lifts_a_pause_from_the_dashboard(setup: tuple[TestClient, s
         ]
     card = page.split(f'data-approval-id="{again.approval_id}"', 1)[1].split("</section>", 1)[0]
     assert 'value="approve"' not in card and "not lift it" in card
+
+
+@pytest.mark.parametrize("how", ["cancel", "resume"])
+def test_a_viewers_cancel_or_resume_is_refused_for_the_role_before_its_body_is_read(
+    setup: tuple[TestClient, str, str], how: str
+) -> None:
+    """Cancel and resume take a note since stop 53 (web53b), but read it before the role was
+    checked: a viewer's bad body was 400 or 422 (what would be accepted), a lone surrogate
+    400 with no record, where a pause, a rerun and a rollback answer 403 first (review53b).
+    The role is checked first, audited once; an operator still gets the body's own answer."""
+    c, store, run_id = setup
+    path = f"/api/runs/{run_id}/{how}"
+    bad: list[Any] = [{"note": "a\x1b[2Jb"}, {"note": 5}, {"why": "x"}, ["x"]]
+    for body in bad:
+        r = c.post(path, json=body, headers=bearer("vic"))
+        assert r.status_code == 403 and "operator role" in r.json()["detail"], (body, r.text)
+    garbled = post_garbled(c, path, "vic")
+    assert garbled.status_code == 403, garbled.text
+    with lw.Runtime(store) as rt:
+        refused = [a.outcome for a in rt.store.audit() if a.actor == "vic" and a.action == how]
+        assert refused == ["refused"] * (len(bad) + 1)
+        assert [e for e in rt.store.events(run_id) if e.kind == f"{how}_requested"] == []
+    r = c.post(path, json={"why": "x"}, headers=bearer("oscar"))
+    assert r.status_code == 422 and "why" in str(r.json()["detail"]), r.text
+    r = c.post(path, json={"note": "a\x1b[2Jb"}, headers=bearer("oscar"))
+    assert r.status_code == 400 and r.json()["detail"].startswith("note: must not"), r.text

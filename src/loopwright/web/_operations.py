@@ -53,7 +53,7 @@ def person_note(note: str | None) -> str | None:
     try:
         note = _printable_note(text_field(note, "note"))
     except ConfigError as exc:
-        raise HTTPException(400, f"note: {exc}") from None
+        raise HTTPException(400, str(exc)) from None  # (it names the field: "note: ...")
     return redact_text(note.strip()) if note and note.strip() else None
 
 
