@@ -590,3 +590,31 @@ def test_a_viewers_cancel_or_resume_is_refused_for_the_role_before_its_body_is_r
     assert r.status_code == 422 and "why" in str(r.json()["detail"]), r.text
     r = c.post(path, json={"note": "a\x1b[2Jb"}, headers=bearer("oscar"))
     assert r.status_code == 400 and r.json()["detail"].startswith("note: must not"), r.text
+
+
+def test_a_viewers_cancel_or_resume_of_an_ended_run_is_refused_for_the_role(
+    setup: tuple[TestClient, str, str],
+) -> None:
+    """A viewer cancelling or resuming an ended run from the run page got 409 "already ended",
+    with no record, where a pause is refused for the role (403, audited) whatever the run's
+    state (review53b). The role first, on the form and the API alike; an operator still hears
+    that the run ended."""
+    c, store, run_id = setup
+    assert c.post(f"/api/runs/{run_id}/cancel", headers=bearer("oscar")).status_code == 200
+    with lw.Runtime(store) as rt:
+        assert rt.store.get_run(run_id).status == "cancelled"
+    csrf = sign_in(c, "vic")
+    for how in ("cancel", "resume", "pause"):
+        form = c.post(f"/runs/{run_id}/act", data={"action": how, "csrf": csrf})
+        assert form.status_code == 403 and "operator role" in form.json()["detail"], (
+            how,
+            form.text,
+        )
+        api = c.post(f"/api/runs/{run_id}/{how}", headers=bearer("vic"))
+        assert api.status_code == 403 and "operator role" in api.json()["detail"], (how, api.text)
+    with lw.Runtime(store) as rt:
+        refused = [(a.action, a.outcome) for a in rt.store.audit() if a.actor == "vic"]
+    for how in ("cancel", "resume", "pause"):
+        assert refused.count((how, "refused")) == 2, (how, refused)
+    r = c.post(f"/api/runs/{run_id}/resume", headers=bearer("oscar"))
+    assert r.status_code == 409 and "already ended" in r.json()["detail"], r.text

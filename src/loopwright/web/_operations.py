@@ -197,13 +197,12 @@ def act(
         done, _req, msg = pause_act(ctx, request, run_id, how, note)
         return done, msg
     store, auth = ctx.store, ctx.auth
-    try:
-        rec = store.get_run(run_id)
-    except RunNotFoundError as exc:
-        raise HTTPException(404, str(exc)) from exc
+    by, where = auth.who(request), origin_of(request)
+    # who first, as for a pause: one who may not is refused (403, audited), not told the run
+    # ended (a 409 with no record, to a viewer too)
+    rec = may_act(store, by, where, run_id, how)
     if rec.status in TERMINAL_STATUSES:
         raise HTTPException(409, f"run {rec.run_id[:12]} already ended ({rec.status})")
-    by, where = auth.who(request), origin_of(request)
     if how == "resume":  # cancel is checked (and audited) by the engine
         ctx.room_to_resume(by, where, rec.run_id, "resume")  # 503: as many resume as may
         try:
