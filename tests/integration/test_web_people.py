@@ -618,3 +618,19 @@ def test_a_viewers_cancel_or_resume_of_an_ended_run_is_refused_for_the_role(
         assert refused.count((how, "refused")) == 2, (how, refused)
     r = c.post(f"/api/runs/{run_id}/resume", headers=bearer("oscar"))
     assert r.status_code == 409 and "already ended" in r.json()["detail"], r.text
+
+
+@pytest.mark.parametrize("how", ["cancel", "resume", "pause"])
+def test_a_note_refused_on_a_cancel_or_resume_is_audited_as_a_pauses_is(
+    setup: tuple[TestClient, str, str], how: str
+) -> None:
+    """A pause's note holding a control character is refused (400) and audited, with the
+    reason and not the text (``Runtime.pause``); a cancel's or resume's note, taken since stop
+    53, was refused with no record (review53b). Now each is one refused record."""
+    c, store, run_id = setup
+    r = c.post(f"/api/runs/{run_id}/{how}", json={"note": "a\x1b[2Jb"}, headers=bearer("oscar"))
+    assert r.status_code == 400 and "control character" in r.json()["detail"], r.text
+    with lw.Runtime(store) as rt:
+        rows = [a for a in rt.store.audit() if a.actor == "oscar" and a.action == how]
+    assert [a.outcome for a in rows] == ["refused"], rows
+    assert "\x1b" not in str(rows[0].to_dict())

@@ -192,15 +192,21 @@ def act(
     note) is checked before the run: a mistake is 400 whatever state the run is in."""
     if how not in RUN_ACTIONS:
         raise HTTPException(400, f"unknown action {how!r}: one of {', '.join(RUN_ACTIONS)}")
-    note = person_note(note)
     if how in ("pause", "unpause"):
-        done, _req, msg = pause_act(ctx, request, run_id, how, note)
+        done, _req, msg = pause_act(ctx, request, run_id, how, person_note(note))
         return done, msg
     store, auth = ctx.store, ctx.auth
     by, where = auth.who(request), origin_of(request)
     # who first, as for a pause: one who may not is refused (403, audited), not told the run
-    # ended (a 409 with no record, to a viewer too)
+    # ended (a 409 with no record, to a viewer too); then the note, a refusal audited as the
+    # engine audits a pause's (the reason, not the text); then the run's state
     rec = may_act(store, by, where, run_id, how)
+    try:
+        note = person_note(note)
+    except HTTPException as exc:
+        audit(store, by, how, f"run {rec.run_id}", outcome="refused", origin=where,
+              reason=str(exc.detail))  # fmt: skip
+        raise
     if rec.status in TERMINAL_STATUSES:
         raise HTTPException(409, f"run {rec.run_id[:12]} already ended ({rec.status})")
     if how == "resume":  # cancel is checked (and audited) by the engine
