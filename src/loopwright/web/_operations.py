@@ -188,8 +188,9 @@ def act(
     """Cancel, pause, unpause or resume a run as the signed-in person; the event log keeps
     who and when (``cancel_requested`` / ``pause_requested`` / ``resume_requested``, beside
     the engine's own). ``note``: why (a pause's, on its request, as ``Runtime.pause`` keeps
-    it; a cancel's or resume's, on its ``*_requested`` event). The request (the action, the
-    note) is checked before the run: a mistake is 400 whatever state the run is in."""
+    it; a cancel's or resume's, on its ``*_requested`` event). The action is checked first,
+    then who asks (404, 403 audited), then the note (400, audited), then the run's state: a
+    mistake is 400 whatever state the run is in, and a refusal names the role first."""
     if how not in RUN_ACTIONS:
         raise HTTPException(400, f"unknown action {how!r}: one of {', '.join(RUN_ACTIONS)}")
     if how in ("pause", "unpause"):
