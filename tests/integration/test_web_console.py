@@ -272,7 +272,7 @@ def parked_client(tmp_path: Path) -> tuple[TestClient, str, str]:
 def test_every_action_has_a_confirmation_page(parked_client: tuple[TestClient, str, str]) -> None:
     c, run_id, _ = parked_client
     page = c.get(f"/runs/{run_id}").text
-    assert "to cancel, pause, resume, roll back or rerun this run" in page  # signed out: no buttons
+    assert "to cancel, pause, resume, roll back or rerun this run" in page  # signed out: none
     _sign_in(c)
     page = c.get(f"/runs/{run_id}").text
     for action in ("cancel", "rollback", "rerun"):

@@ -564,3 +564,73 @@ def test_an_operator_lifts_a_pause_from_the_dashboard(setup: tuple[TestClient, s
         ]
     card = page.split(f'data-approval-id="{again.approval_id}"', 1)[1].split("</section>", 1)[0]
     assert 'value="approve"' not in card and "not lift it" in card
+
+
+@pytest.mark.parametrize("how", ["cancel", "resume"])
+def test_a_viewers_cancel_or_resume_is_refused_for_the_role_before_its_body_is_read(
+    setup: tuple[TestClient, str, str], how: str
+) -> None:
+    """Cancel and resume take a note since stop 53 (web53b), but read it before the role was
+    checked: a viewer's bad body was 400 or 422 (what would be accepted), a lone surrogate
+    400 with no record, where a pause, a rerun and a rollback answer 403 first (review53b).
+    The role is checked first, audited once; an operator still gets the body's own answer."""
+    c, store, run_id = setup
+    path = f"/api/runs/{run_id}/{how}"
+    bad: list[Any] = [{"note": "a\x1b[2Jb"}, {"note": 5}, {"why": "x"}, ["x"]]
+    for body in bad:
+        r = c.post(path, json=body, headers=bearer("vic"))
+        assert r.status_code == 403 and "operator role" in r.json()["detail"], (body, r.text)
+    garbled = post_garbled(c, path, "vic")
+    assert garbled.status_code == 403, garbled.text
+    with lw.Runtime(store) as rt:
+        refused = [a.outcome for a in rt.store.audit() if a.actor == "vic" and a.action == how]
+        assert refused == ["refused"] * (len(bad) + 1)
+        assert [e for e in rt.store.events(run_id) if e.kind == f"{how}_requested"] == []
+    r = c.post(path, json={"why": "x"}, headers=bearer("oscar"))
+    assert r.status_code == 422 and "why" in str(r.json()["detail"]), r.text
+    r = c.post(path, json={"note": "a\x1b[2Jb"}, headers=bearer("oscar"))
+    assert r.status_code == 400 and r.json()["detail"].startswith("note: must not"), r.text
+
+
+def test_a_viewers_cancel_or_resume_of_an_ended_run_is_refused_for_the_role(
+    setup: tuple[TestClient, str, str],
+) -> None:
+    """A viewer cancelling or resuming an ended run from the run page got 409 "already ended",
+    with no record, where a pause is refused for the role (403, audited) whatever the run's
+    state (review53b). The role first, on the form and the API alike; an operator still hears
+    that the run ended."""
+    c, store, run_id = setup
+    assert c.post(f"/api/runs/{run_id}/cancel", headers=bearer("oscar")).status_code == 200
+    with lw.Runtime(store) as rt:
+        assert rt.store.get_run(run_id).status == "cancelled"
+    csrf = sign_in(c, "vic")
+    for how in ("cancel", "resume", "pause"):
+        form = c.post(f"/runs/{run_id}/act", data={"action": how, "csrf": csrf})
+        assert form.status_code == 403 and "operator role" in form.json()["detail"], (
+            how,
+            form.text,
+        )
+        api = c.post(f"/api/runs/{run_id}/{how}", headers=bearer("vic"))
+        assert api.status_code == 403 and "operator role" in api.json()["detail"], (how, api.text)
+    with lw.Runtime(store) as rt:
+        refused = [(a.action, a.outcome) for a in rt.store.audit() if a.actor == "vic"]
+    for how in ("cancel", "resume", "pause"):
+        assert refused.count((how, "refused")) == 2, (how, refused)
+    r = c.post(f"/api/runs/{run_id}/resume", headers=bearer("oscar"))
+    assert r.status_code == 409 and "already ended" in r.json()["detail"], r.text
+
+
+@pytest.mark.parametrize("how", ["cancel", "resume", "pause"])
+def test_a_note_refused_on_a_cancel_or_resume_is_audited_as_a_pauses_is(
+    setup: tuple[TestClient, str, str], how: str
+) -> None:
+    """A pause's note holding a control character is refused (400) and audited, with the
+    reason and not the text (``Runtime.pause``); a cancel's or resume's note, taken since stop
+    53, was refused with no record (review53b). Now each is one refused record."""
+    c, store, run_id = setup
+    r = c.post(f"/api/runs/{run_id}/{how}", json={"note": "a\x1b[2Jb"}, headers=bearer("oscar"))
+    assert r.status_code == 400 and "control character" in r.json()["detail"], r.text
+    with lw.Runtime(store) as rt:
+        rows = [a for a in rt.store.audit() if a.actor == "oscar" and a.action == how]
+    assert [a.outcome for a in rows] == ["refused"], rows
+    assert "\x1b" not in str(rows[0].to_dict())

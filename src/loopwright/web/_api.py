@@ -18,6 +18,7 @@ from .._errors import LoopwrightError, RunNotFoundError
 from .._metrics import compute_metrics
 from .._reuse_now import as_now
 from .._state import TaskState
+from ..store import RunRecord
 from ._context import WebContext
 from ._guard import JSON_TYPE
 from ._http import NotText, json_body, origin_of
@@ -158,10 +159,27 @@ def register_api(app: FastAPI, ctx: WebContext) -> None:
         return {"run": run_summary(store.get_run(rec.run_id)), "message": msg}
 
     async def api_act(request: Request, run_id: str, how: str) -> dict[str, Any]:
-        # The optional ``{"note": "..."}`` read as a pause's is (another shape: 422)
+        # The optional ``{"note": "..."}`` read as a pause's is (another shape: 422), after
+        # who is asking: one who may not is refused (403, audited) before the body is read
+        rec, body = await role_then_note(request, run_id, how)
+        return await run_in_threadpool(acted, request, rec.run_id, how, body.note)
+
+    async def role_then_note(request: Request, run_id: str, how: str) -> tuple[RunRecord, Note]:
+        """The run and the posted ``Note`` of a cancel, pause, unpause or resume, once the
+        person may do it (404, then 403 audited, before the body is read: they learn nothing
+        of what would be accepted); a body that is not text is audited as refused."""
         await run_in_threadpool(ctx.require_api_write, request)
-        note = (await body_of(request, Note, required=False)).note
-        return await run_in_threadpool(acted, request, run_id, how, note)
+        who, where = ctx.auth.who(request), origin_of(request)
+        rec = await run_in_threadpool(may_act, store, who, where, run_id, how)
+        try:
+            body = await body_of(request, Note, required=False)
+        except NotText as exc:  # audited, as the engine audits a note it refuses
+            await run_in_threadpool(
+                audit, store, who, how, f"run {rec.run_id}", outcome="refused", origin=where,
+                reason=str(exc.detail),
+            )  # fmt: skip
+            raise
+        return rec, body
 
     @app.post("/api/runs/{run_id}/cancel", tags=["runs"], openapi_extra=body_schema(Note))
     async def api_cancel(request: Request, run_id: str) -> dict[str, Any]:
@@ -188,17 +206,7 @@ def register_api(app: FastAPI, ctx: WebContext) -> None:
     async def api_pausing(request: Request, run_id: str, how: str) -> dict[str, Any]:
         # Who is asking first: one who may not is refused (403, audited) before the body is
         # read, as for a decision
-        await run_in_threadpool(ctx.require_api_write, request)
-        who, where = ctx.auth.who(request), origin_of(request)
-        rec = await run_in_threadpool(may_act, store, who, where, run_id, how)
-        try:
-            body = await body_of(request, Note, required=False)
-        except NotText as exc:  # audited, as the engine audits a note it refuses
-            await run_in_threadpool(
-                audit, store, who, how, f"run {rec.run_id}", outcome="refused", origin=where,
-                reason=str(exc.detail),
-            )  # fmt: skip
-            raise
+        rec, body = await role_then_note(request, run_id, how)
         done, req, msg = await run_in_threadpool(
             pause_act, ctx, request, rec.run_id, how, body.note
         )

@@ -53,7 +53,7 @@ def person_note(note: str | None) -> str | None:
     try:
         note = _printable_note(text_field(note, "note"))
     except ConfigError as exc:
-        raise HTTPException(400, f"note: {exc}") from None
+        raise HTTPException(400, str(exc)) from None  # (it names the field: "note: ...")
     return redact_text(note.strip()) if note and note.strip() else None
 
 
@@ -189,22 +189,28 @@ def act(
     """Cancel, pause, unpause or resume a run as the signed-in person; the event log keeps
     who and when (``cancel_requested`` / ``pause_requested`` / ``resume_requested``, beside
     the engine's own). ``note``: why (a pause's, on its request, as ``Runtime.pause`` keeps
-    it; a cancel's or resume's, on its ``*_requested`` event). The request (the action, the
-    note) is checked before the run: a mistake is 400 whatever state the run is in."""
+    it; a cancel's or resume's, on its ``*_requested`` event). The action is checked first,
+    then who asks (404, 403 audited), then the note (400, audited), then the run's state: a
+    mistake is 400 whatever state the run is in, and a refusal names the role first."""
     if how not in RUN_ACTIONS:
         raise HTTPException(400, f"unknown action {how!r}: one of {', '.join(RUN_ACTIONS)}")
-    note = person_note(note)
     if how in ("pause", "unpause"):
-        done, _req, msg = pause_act(ctx, request, run_id, how, note)
+        done, _req, msg = pause_act(ctx, request, run_id, how, person_note(note))
         return done, msg
     store, auth = ctx.store, ctx.auth
+    by, where = auth.who(request), origin_of(request)
+    # who first, as for a pause: one who may not is refused (403, audited), not told the run
+    # ended (a 409 with no record, to a viewer too); then the note, a refusal audited as the
+    # engine audits a pause's (the reason, not the text); then the run's state
+    rec = may_act(store, by, where, run_id, how)
     try:
-        rec = store.get_run(run_id)
-    except RunNotFoundError as exc:
-        raise HTTPException(404, str(exc)) from exc
+        note = person_note(note)
+    except HTTPException as exc:
+        audit(store, by, how, f"run {rec.run_id}", outcome="refused", origin=where,
+              reason=str(exc.detail))  # fmt: skip
+        raise
     if rec.status in TERMINAL_STATUSES:
         raise HTTPException(409, f"run {rec.run_id[:12]} already ended ({rec.status})")
-    by, where = auth.who(request), origin_of(request)
     if how == "resume":  # cancel is checked (and audited) by the engine
         ctx.room_to_resume(by, where, rec.run_id, "resume")  # 503: as many resume as may
         try:
