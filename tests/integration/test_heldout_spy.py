@@ -85,15 +85,21 @@ def _norm(text: str) -> str:
     return re.sub(r"'(started_at|at|ts)': [^,}]+", r"'\1': T", text)
 
 
-def _seen(url: str, mode: str) -> list[str]:
-    spy = Spy()
-    loop = lw.Loop(
+def _loop(spy: Spy, mode: str, risk: tuple[lw.RiskRule, ...] = ()) -> lw.Loop:
+    return lw.Loop(
         name="spy53",
         actor=spy,
         verifiers=[lw.Check(fn=visible), lw.Check(fn=held_out(mode), held_out=True)],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=6, max_cost_usd=100.0, max_tokens=10**6)),
+        contract=lw.Contract(
+            budget=lw.Budget(max_cycles=8, max_cost_usd=100.0, max_tokens=10**6), risk=risk
+        ),
         reflector=spy.reflect,
     )
+
+
+def _seen(url: str, mode: str) -> list[str]:
+    spy = Spy()
+    loop = _loop(spy, mode)
     with lw.Runtime(url) as rt:
         r = rt.run_sync(loop, TASK, task_key=f"t53-{mode}")
         spy.seen.append(f"end {r.status} {r.stop_reason} {r.cycles}")
@@ -115,3 +121,29 @@ def test_the_actor_sees_the_same_whatever_the_held_out_check_answers(url: str, m
         assert loud[0] == quiet[0]
         return
     assert loud == quiet
+
+
+def _seen_by_people(url: str, mode: str) -> list[str]:
+    """Parked on a risk rule, a person's edit beside the request, approval, resume; then the
+    same run edited after it ended, and resumed again."""
+    spy = Spy()
+    loop = _loop(spy, mode, (lw.RiskRule(name="on_a", touches=("doc/a",)),))
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, TASK, task_key=f"p53-{mode}")
+        spy.seen.append(f"parked {r.status} {r.cycles}")
+        rt.edit(r.run_id, "doc/b", 5, by="pat", note="b is 5 now")
+        rt.approve(r.run_id, by="pat", note="ok")
+        done = rt.resume_sync(r.run_id, loop)
+        spy.seen.append(f"end {done.status} {done.stop_reason} {done.cycles}")
+        rt.edit(r.run_id, "doc/a", 7, by="pat")
+        again = rt.resume_sync(r.run_id, loop)
+        spy.seen.append(f"end {again.status} {again.stop_reason} {again.cycles}")
+    return spy.seen
+
+
+def test_people_and_edits_tell_the_actor_nothing_held_out(url: str) -> None:
+    quiet = _seen_by_people(url, "pass")
+    loud = _seen_by_people(url, "fail")
+    assert not [s for s in loud if CANARY in s]
+    assert loud == quiet
+    assert any(s.startswith("parked awaiting_approval") for s in loud)
