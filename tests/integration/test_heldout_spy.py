@@ -35,11 +35,14 @@ def visible(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
 
 
 def held_out(mode: str) -> Any:
+    calls = [0]
+
     def audit(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
         assert CANARY in repr(state.task)  # the held-out check does read the hidden tests
-        if mode == "pass":
+        calls[0] += 1
+        if mode == "pass" or (mode == "raise" and calls[0] != 2):
             return lw.Verdict(passed=True, score=1.0)
-        if mode == "raise":
+        if mode == "raise":  # the second judgement only: the run escalates at its cycle 2
             raise RuntimeError(f"{CANARY} raised")
         return lw.Verdict(
             passed=False,
@@ -117,8 +120,11 @@ def test_the_actor_sees_the_same_whatever_the_held_out_check_answers(url: str, m
     loud = _seen(url, mode)
     assert not [s for s in loud if CANARY in s]
     if mode == "raise":
-        # the run escalates at its first held-out check: the actor saw its first context only
-        assert loud[0] == quiet[0]
+        # the run escalates at cycle 2; its forks (at 0 and 1) go on: every context any actor
+        # or reflector was shown is one the quiet runs showed too
+        assert loud[-1].startswith("fork end") and len(loud) > 4
+        shown = [s for s in loud if not s.startswith(("end", "fork"))]
+        assert set(shown) <= set(quiet)
         return
     assert loud == quiet
 
