@@ -13,14 +13,12 @@ from ._copy_on_read import _CopyOnRead, _json_copy
 from ._exec import Execution as _Exec
 from ._gates import Gates
 from ._group import GroupRecall
-from ._memory import MemoryItem, held_out_in, recall_scopes
+from ._memory import HELD_OUT_KEY, MemoryItem, held_out_in, recall_scopes
 from ._proposal import Context, Remaining
 from ._recall import recall
 from ._state import TaskState
 
 __all__ = ["HELD_OUT_KEY", "ActorContext"]
-
-HELD_OUT_KEY = "held_out"
 
 log = logging.getLogger("loopwright.memory")
 

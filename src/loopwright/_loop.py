@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
+import inspect
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -285,7 +287,7 @@ class Loop:
             if (
                 model is not None
                 and self.self_reviewing(c)
-                and not getattr(c.fn, "allow_self_review", False)
+                and not getattr(_model_backed(c.fn), "allow_self_review", False)
             ):
                 raise ConfigError(
                     f"reviews with the generator's own model ({model[1]} at {model[0]}): use "
@@ -370,9 +372,27 @@ def _check_number(value: object, field: str, *, positive: bool) -> None:
         raise ConfigError("must be positive" if positive else "must not be negative", field=field)
 
 
+def _model_backed(fn: object) -> object:
+    """The model-backed callable ``fn`` is, or wraps (``functools.partial``, a
+    ``functools.wraps`` function, a bound method of one), else ``fn``: a reviewer passed
+    wrapped is still the actor's own model when it is."""
+    seen = 0
+    while seen < 20 and not callable(getattr(fn, "model_identity", None)):
+        seen += 1
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+        elif getattr(fn, "__wrapped__", None) is not None:
+            fn = fn.__wrapped__  # type: ignore[attr-defined]
+        elif inspect.ismethod(fn):
+            fn = fn.__self__
+        else:
+            break
+    return fn
+
+
 def _identity(fn: object) -> tuple[str, str] | None:
     """``(endpoint, model)`` of a model-backed callable (``model_identity()``), else None."""
-    get = getattr(fn, "model_identity", None)
+    get = getattr(_model_backed(fn), "model_identity", None)
     if not callable(get):
         return None
     try:

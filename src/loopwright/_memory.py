@@ -266,8 +266,10 @@ def _check_name(value: object, name: str) -> str:
 # file's bound (``cli/_tasks.MAX_DEPTH``).
 MAX_DEPTH = 100
 
+HELD_OUT_KEY = "held_out"
+"""A task's reserved key for what only held-out checks read (hidden tests, expected answers)."""
 # The names a held-out marker goes by, compared lower-cased with ``-`` and spaces read as ``_``:
-# the task's reserved key (``_actor_context.HELD_OUT_KEY``) and a check's flag.
+# the task's reserved key and a check's flag.
 _HELD_OUT_NAMES = frozenset({"held_out", "heldout"})
 
 
@@ -284,6 +286,12 @@ def _check_depth(value: object, name: str) -> None:
             stack.extend((x, d + 1) for x in items)
 
 
+def held_out_name(key: object) -> bool:
+    """Whether ``key`` names the held-out marker, however spelled: ``held_out`` in any case,
+    ``held-out``, ``heldOut``, ``held out``."""
+    return str(key).lower().replace("-", "_").replace(" ", "_") in _HELD_OUT_NAMES
+
+
 def _held_out_at(value: Any) -> str | None:
     """Where a JSON value (dicts, lists, scalars: what ``_check_json`` returns) holds a
     held-out marker: a key named ``held_out`` (any case; ``held-out``, ``heldOut``) whose value
@@ -295,7 +303,7 @@ def _held_out_at(value: Any) -> str | None:
         if isinstance(v, dict):
             for k, x in v.items():
                 here = f"{at}.{k}" if at else str(k)
-                if x and str(k).lower().replace("-", "_").replace(" ", "_") in _HELD_OUT_NAMES:
+                if x and held_out_name(k):
                     return here
                 if isinstance(x, dict | list):
                     stack.append((x, here))

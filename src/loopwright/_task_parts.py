@@ -15,6 +15,7 @@ from ._decide import cycle_cap
 from ._errors import ConfigError
 from ._json import check_given_text, owned_copy, round_trip, too_long
 from ._keys import check_key, check_name, fit_key
+from ._memory import HELD_OUT_KEY, held_out_name
 from ._parts import part_ref
 from ._redact import REDACTED, redact
 from ._redact_logs import masked_logger
@@ -51,6 +52,7 @@ def starting_state(
     except RecursionError:  # (its own fields are stored as JSON too)
         raise ConfigError("it is nested too deeply, or contains itself", field="task") from None
     _no_lost_number(masked)
+    _no_misspelt_held_out(masked)
     if task_key is not None:
         key = check_key(task_key)
     elif masked.get("task_key") is not None:
@@ -137,6 +139,20 @@ def _json_part(ref: str, value: Any, field: str) -> None:
         raise ConfigError(
             f"the value of {ref} cannot be stored as JSON: {exc}", field=field
         ) from None
+
+
+def _no_misspelt_held_out(task: Mapping[str, Any]) -> None:
+    """Refuse a task whose hidden part is spelled other than ``held_out`` (``held-out``, as a
+    TOML file would write it, ``heldOut``): only ``held_out`` is kept from the actor and a
+    reviewer, so the hidden tests under another spelling were shown to both in full
+    (invariant 3). Memory's screen takes those spellings for the marker already."""
+    for key in task:
+        if key != HELD_OUT_KEY and held_out_name(key):
+            raise ConfigError(
+                f"{key!r} is not the reserved key: spell it {HELD_OUT_KEY!r}, the one kept from "
+                "the actor and from a reviewer (under another spelling it would be shown to both)",
+                field=f"task.{key}",
+            )
 
 
 def _no_lost_number(task: Mapping[str, Any]) -> None:

@@ -73,8 +73,21 @@ _EVIDENCE_CHARS = 1500
 _HISTORY_LINES = 12
 
 
+# Characters a reader (``str.splitlines``, a model's tokenizer) may take for a line break that
+# JSON, written with ``ensure_ascii=False``, leaves raw inside a string: escaped, so a value
+# cannot start a line of its own (a forged ``## Rubric`` heading in a reviewer's message).
+_BREAKS = str.maketrans({c: f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"})
+
+
 def _json(value: Any, *, indent: int | None = 2) -> str:
-    return json.dumps(value, indent=indent, ensure_ascii=False, default=str)
+    return json.dumps(value, indent=indent, ensure_ascii=False, default=str).translate(_BREAKS)
+
+
+def _name(ref: str) -> str:
+    """An artifact or part reference as one line: as it is when every character prints, else
+    quoted and escaped (an actor names the parts it adds; a name holding a line break would
+    otherwise write lines of its own into a reviewer's message)."""
+    return ref if ref.isprintable() else json.dumps(ref)
 
 
 def _clip(text: str, limit: int) -> str:
@@ -96,7 +109,7 @@ def _finding(f: Finding) -> str:
 
 
 def _accepted(accepted: Mapping[str, Mapping[str, Any]]) -> str:
-    refs = [f"- {a}/{p}" for a, parts in accepted.items() for p in parts]
+    refs = [f"- {_name(f'{a}/{p}')}" for a, parts in accepted.items() for p in parts]
     if not refs:
         return "none yet"
     return "These parts are accepted and read-only; an edit to any of them is refused:\n" + (
@@ -216,7 +229,7 @@ def review_sections(state: TaskState, proposal: Proposal, rubric: str) -> dict[s
         "goal": state.goal or "(no goal given)",
         "task": _task(state.task),
         "artifacts": _json(state.values()),
-        "changed": "\n".join(f"- {r}" for r in changed),
+        "changed": "\n".join(f"- {_name(r)}" for r in changed),
         "accepted": _accepted(state.accepted_values()),
     }
     sections["review"] = _join(

@@ -11,6 +11,55 @@ out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
 def emit(obj):
     out.write(json.dumps(obj) + "\n")
     out.flush()
+def unescape(text):
+    # a mount point as /proc/self/mountinfo writes it: a space as \040, a backslash as \134
+    parts = text.split("\\")
+    return parts[0] + "".join(chr(int(p[:3], 8)) + p[3:] for p in parts[1:])
+def private_fs():
+    # Under unshare the host's file system is the child's, and nobody (or root) may write where
+    # anyone may: a held-out run's candidate could leave what it holds in /tmp for the next
+    # run's. In this mount namespace of our own: every mount read-only, a fresh tmpfs on each
+    # directory anyone may write, the work directory bound back writable. Before output.txt
+    # is opened (a file open for writing makes its mount refuse to become read-only).
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    def mount(src, dst, fstype, flags, data=None):
+        enc = lambda v: None if v is None else os.fsencode(v)
+        if libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)) != 0:
+            raise OSError(ctypes.get_errno(), "mount on %s" % dst)
+    RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND = 1, 2, 4, 8, 32, 4096
+    home = os.path.realpath(os.getcwd())
+    mount(home, home, None, BIND)  # a mount of its own, kept writable
+    wfd = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
+    with open("/proc/self/mountinfo") as fh:
+        mounts = [line.split() for line in fh]
+    failed = 0
+    for f in mounts:
+        point = unescape(f[4])
+        if point == home or point == "/proc" or point.startswith("/proc/"):
+            continue
+        flags = REMOUNT | BIND | RDONLY
+        for name, bit in (("nosuid", NOSUID), ("nodev", NODEV), ("noexec", NOEXEC)):
+            if name in f[5].split(","):
+                flags |= bit
+        try:
+            mount(None, point, None, flags)
+        except OSError:
+            failed += 1
+    for d in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
+        if os.path.isdir(d) and not os.path.islink(d):
+            mount("tmpfs", d, "tmpfs", NOSUID | NODEV, "mode=1777,size=64m")
+    os.makedirs(home, exist_ok=True)  # (in a fresh tmpfs, where home was under one)
+    mount("/proc/self/fd/%d" % wfd, home, None, BIND)
+    os.chdir(home)
+    os.close(wfd)
+    return "read-only, private /tmp" if not failed else "private /tmp, %d mount(s) left writable" % failed
+fs = None
+if job["boundary"] == "unshare" and os.geteuid() == 0:
+    try:
+        fs = private_fs()
+    except Exception as exc:
+        fs = "host (%s)" % exc
 cand = os.open("output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
 cand_r = os.open("output.txt", os.O_RDONLY)
 os.dup2(cand, 1)
@@ -44,6 +93,8 @@ cand_out = candidate_stdout()
 sys.stdout = sys.stderr = cand_out
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 iso = {"boundary": job["boundary"], "network": "audit-hook", "user": "unchanged"}
+if fs is not None:
+    iso["filesystem"] = fs
 if job["netns"]:
     iso["network"] = "namespace"
 elif job["isolate"] and os.geteuid() == 0:

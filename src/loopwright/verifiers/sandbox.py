@@ -61,6 +61,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -225,6 +226,9 @@ def run_tests(
     # wrapper is the sandbox's PID 1, whose environ the candidate can read).
     env = dict(_CLEAN_ENV)
     workdir = os.path.realpath(tempfile.mkdtemp(prefix="loopwright-sandbox-"))
+    # Held from before the child starts: the output is read through it, not by a path the
+    # candidate could have renamed or replaced with a link.
+    home = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
     t0 = time.perf_counter()
     try:
         if ids is not None:
@@ -264,11 +268,7 @@ def run_tests(
         finally:
             _kill_group(proc)  # nothing of the candidate outlives the call
         seconds = time.perf_counter() - t0
-        output = ""
-        with contextlib.suppress(OSError), open(os.path.join(workdir, "output.txt"), "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - _MAX_TEXT))
-            output = fh.read().decode("utf-8", "replace")
+        output = _output_tail(home)
         return _parse(
             tests,
             stdout,
@@ -283,7 +283,29 @@ def run_tests(
             boundary,
         )
     finally:
+        os.close(home)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _output_tail(home: int) -> str:
+    """The end of what the candidate printed: ``output.txt`` in the work directory ``home``,
+    read only if it is still a plain file. The candidate could have put a link there (to a host
+    file, or ``/proc/self/environ``: this process's environment and its API keys), which this
+    process, outside the sandbox, would follow into the verdict; or a FIFO, whose opening would
+    wait for ever."""
+    try:
+        fd = os.open("output.txt", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=home)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return ""
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - _MAX_TEXT))
+            return fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
 
 
 def _fill(
