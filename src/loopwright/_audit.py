@@ -5,14 +5,15 @@ the engine may write it again (a cycle redone after a crash).
 
 from __future__ import annotations
 
+import inspect
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ._redact import redact
 from .store import AuditRecord, Store
 
-__all__ = ["audit", "audit_entry", "audit_of", "audit_once"]
+__all__ = ["audit", "audit_entry", "audit_of", "audit_once", "takes_audit"]
 
 
 def audit(
@@ -50,6 +51,17 @@ def audit_entry(
         "detail": redact({k: v for k, v in detail.items() if v is not None}),
         "now": time.time(),
     }
+
+
+def takes_audit(write: Callable[..., Any]) -> bool:
+    """Whether the store's ``write`` (``request_pause``, ``decide_approval``) takes ``audit``,
+    the record of what it writes, to write in its own transaction; a store of one's own
+    written before that argument (or a wrapper taking ``**kwargs``) does not: the engine
+    writes the record after, with ``audit_put``, as it did."""
+    try:
+        return "audit" in inspect.signature(write).parameters
+    except (TypeError, ValueError):  # (no signature to read: a builtin, a C callable)
+        return False
 
 
 def audit_once(

@@ -13,11 +13,10 @@ inside its cycles only (DESIGN §7).
 
 from __future__ import annotations
 
-import inspect
 import time
 import uuid
 
-from ._audit import audit_entry
+from ._audit import audit_entry, takes_audit
 from ._authority import may_operate, refused
 from ._contract import TERMINAL_STATUSES, contract_from_snapshot
 from ._errors import ApprovalError, ConfigError, ConflictError
@@ -92,7 +91,7 @@ class Pausing(RuntimeHost):
         # always has it, one refused or failed has none (it was written after: a process
         # gone between the two left a pause no record said was made)
         entry = audit_entry(who, "pause", on, origin=origin, request=approval_id, note=note)
-        in_tx = "audit" in inspect.signature(self.store.request_pause).parameters
+        in_tx = takes_audit(self.store.request_pause)
         try:
             filed = self.store.request_pause(
                 rec.run_id, request, by=who, now=time.time(), **({"audit": entry} if in_tx else {})
@@ -125,8 +124,9 @@ class Pausing(RuntimeHost):
         """Lift a run's pause: its pending ``pause`` request approved (as ``approve`` naming
         it does). A worker then claims the run (or ``resume`` continues it) where it stopped:
         no cycle repeated or lost. ``ApprovalError`` when the run is not paused (or ended).
-        Who may is who may pause; the lift is audited as the ``approve`` of the request, a
-        refusal (the role, a run not paused) as an ``unpause`` of the run."""
+        Who may is who may pause; the lift is audited as an ``unpause`` of the run (the
+        request's id in its detail; ``approve`` naming the request is recorded the same), in
+        the transaction that records it, and so is a refusal (the role, a run not paused)."""
         if not isinstance(by, str) or not by.strip():
             raise ConfigError("an unpause needs the name of who lifts the pause", field="by")
         rec = self.store.get_run(run_id)

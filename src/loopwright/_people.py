@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from ._audit import audit_entry, takes_audit
 from ._authority import (
     audit,
     check_decision,
@@ -218,8 +219,19 @@ class Decisions(RuntimeHost):
         target = f"request {req.approval_id}"
         detail: dict[str, Any] = {"run": req.run_id, "kind": req.kind, "what": req.what}
         detail["note"] = note
+        if req.kind == PAUSE:
+            # A lift is the run's ``unpause`` (whether asked as that or as the approval of the
+            # pause request), where its refusals and the pause itself are: found by the run.
+            verb, target = "unpause", f"run {req.run_id}"
+            detail = {"request": req.approval_id, "note": note}
         needed = int(rule.get("approvers") or 1)
         me = who
+        # The record of a decision made now (not of one vote of several: that is written
+        # before the decision, as the permission it is) is written in the transaction that
+        # records the decision: a decision always has its record (it was written after, so a
+        # process gone between the two, or a failed audit write, left a decision unrecorded).
+        entry = audit_entry(me, verb, target, origin=origin, **detail)
+        in_tx = takes_audit(self.store.decide_approval)
         try:
             if status == "approved" and needed > 1:
                 # "Ben" after "ben" is the same person twice, not a second pair of eyes (the
@@ -244,17 +256,24 @@ class Decisions(RuntimeHost):
                 if len(names) < needed:
                     return self.pending_approval(req.run_id, req.approval_id)
                 who = ", ".join(names)
+            once = needed <= 1 or status != "approved"  # (else the last vote's record says it)
             decided = self.store.decide_approval(
-                req.approval_id, status=status, by=who, note=note, now=time.time(), answer=answer
+                req.approval_id,
+                status=status,
+                by=who,
+                note=note,
+                now=time.time(),
+                answer=answer,
+                **({"audit": entry} if in_tx and once else {}),
             )
         except (ApprovalError, ConflictError) as exc:
             # Decided by someone else since it was read (two people at once), or a second vote
-            # of the same person: a refused attempt. It was recorded as allowed before the
-            # decision was tried, though it never took effect.
+            # of the same person: a refused attempt. A vote of several was recorded as allowed
+            # before the decision was tried, though it never took effect.
             audit(self.store, me, verb, target, outcome="refused", origin=origin, reason=str(exc))
             raise
-        if needed <= 1 or status != "approved":
-            audit(self.store, me, verb, target, origin=origin, **detail)
+        if once and not in_tx:  # a store of one's own written before ``audit=``: after
+            self.store.audit_put(**entry)
         return decided
 
     def _lift_check(self, req: Approval, who: str, status: str, origin: str) -> dict[str, Any]:

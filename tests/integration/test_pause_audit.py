@@ -81,7 +81,11 @@ def test_unpause_asks_who_first_and_audits_its_refusals(url: str) -> None:
     assert [r for r in rows if r[1:4] == ("pause", on, "allowed")] == [
         ("op", "pause", on, "allowed", "cli")
     ]
-    assert ("op", "approve", f"request {filed.approval_id}", "allowed", "cli") in rows
+    # the lift: the run's unpause (it was the request's approve: not found by the run)
+    assert [r for r in rows if r[1:4] == ("unpause", on, "allowed")] == [
+        ("op", "unpause", on, "allowed", "cli")
+    ]
+    assert not [r for r in rows if r[2] == f"request {filed.approval_id}"]
 
 
 def test_a_filed_pause_always_has_its_audit_record(url: str) -> None:

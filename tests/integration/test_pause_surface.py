@@ -95,7 +95,7 @@ def test_the_api_unpauses_under_the_rules_it_pauses_by(url: str) -> None:
     assert ("ap", "unpause", "refused") in [s[:3] for s in seen]
     assert ("rd", "unpause", "refused") in [s[:3] for s in seen]
     assert [s[:3] for s in seen].count(("op", "unpause", "refused")) == 1  # the second one
-    assert ("op", "approve", "allowed") in [s[:3] for s in seen]  # the lift: its request
+    assert ("op", "unpause", "allowed") in [s[:3] for s in seen]  # the lift: on the run
     assert all(origin.startswith("http") for *_, origin in seen)
     op = create_app(url, token=SERVER).openapi()["paths"]["/api/runs/{run_id}/unpause"]["post"]
     assert op["tags"] == ["runs"] and "requestBody" in op and "approver" in op["description"]

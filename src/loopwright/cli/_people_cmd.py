@@ -363,6 +363,12 @@ def _clean(count: int, needed: int) -> str:
 def audit_cmd(
     after: Annotated[int, typer.Option("--after", help="Only records after this id.")] = 0,
     actor: Annotated[str | None, typer.Option("--actor", help="Only this person's.")] = None,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target", help='Only those on this, as the log names it: "run ID", "request ID".'
+        ),
+    ] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="At most this many.")] = None,
     jsonl: Annotated[
         bool, typer.Option("--jsonl", help="One JSON object a line (an export).")
@@ -374,7 +380,7 @@ def audit_cmd(
     if limit is not None and limit < 1:
         raise ConfigError("must be 1 or more", field="--limit")
     with open_existing(store) as st:
-        records = st.audit(after=max(0, after), actor=actor, limit=limit)
+        records = st.audit(after=max(0, after), actor=actor, target=target, limit=limit)
     if jsonl:
         for r in records:
             sys.stdout.write(json.dumps(r.to_dict(), default=str) + "\n")

@@ -123,10 +123,15 @@ class ApprovalsStore(ABC):
         note: str | None,
         now: float,
         answer: Any = None,
+        audit: Mapping[str, Any] | None = None,
     ) -> Approval:
         """Record a decision on a pending request (atomically: two deciders cannot both win),
         with an optional JSON-serialisable ``answer`` from the decider. Raises
-        ``ApprovalError`` when there is no such request or it is no longer pending."""
+        ``ApprovalError`` when there is no such request or it is no longer pending.
+        ``audit``: the audit record of the decision (``audit_put``'s fields), written in the
+        same transaction, so that a decision recorded always has its record and one refused
+        or failed has none (a store written before ``audit`` has the engine write it after,
+        with ``audit_put``, as ``request_pause``'s)."""
 
     @abstractmethod
     def request_cancel(self, run_id: str) -> RunRecord:

@@ -70,6 +70,9 @@ class RunRecord:
     forked_from: str | None = None  # the run this one was forked from (``Runtime.fork``)
     forked_at: int | None = None  # ... and the cycle whose state it started from
     created_by: str | None = None  # who started it, when known (separation of duties)
+    # its pending requests, as the store counts them (``runs.open_requests``); ``None``: a
+    # store that does not say (a parked run may then wait on a request or on a resume)
+    open_requests: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -135,6 +135,7 @@ class ApprovalsSQL(SQLCore):
         note: str | None,
         now: float,
         answer: Any = None,
+        audit: Mapping[str, Any] | None = None,
     ) -> Approval:
         if status not in DECISIONS:
             raise ApprovalError(f"unknown decision {status!r}")
@@ -157,6 +158,8 @@ class ApprovalsSQL(SQLCore):
                 raise already_decided(owner[0], approval_id, found[0], found[1])
             decided = self._approval(row)
             conn.execute(q.insert_event, decided_event(decided, by, note, answer, now, js))
+            if audit is not None:  # the record of the decision stands or falls with it
+                self._audit_row(conn, audit)
         return decided
 
     def request_cancel(self, run_id: str) -> RunRecord:

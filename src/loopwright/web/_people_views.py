@@ -27,31 +27,35 @@ def register_people_routes(
         if auth.users_mode and not auth.may(request, "read"):
             raise HTTPException(403, f"{auth.who(request)} may not read this store")
 
-    def records(after: int, actor: str | None, limit: int) -> list[dict[str, Any]]:
+    def records(after: int, actor: str, target: str, limit: int) -> list[dict[str, Any]]:
         if after < 0 or not 1 <= limit <= 10000:
             raise HTTPException(400, "after must be >= 0 and limit between 1 and 10000")
-        got = store.audit(after=after, actor=actor or None, limit=limit)
+        got = store.audit(after=after, actor=actor or None, target=target or None, limit=limit)
         return [r.to_dict() for r in got]
 
     @app.get("/audit", response_class=HTMLResponse, include_in_schema=False)
-    def audit_page(request: Request, after: int = 0, actor: str = "") -> HTMLResponse:
+    def audit_page(
+        request: Request, after: int = 0, actor: str = "", target: str = ""
+    ) -> HTMLResponse:
         read(request)
-        rows = records(after, actor, PAGE)
+        rows = records(after, actor, target, PAGE)
         nxt = rows[-1]["audit_id"] if len(rows) == PAGE else None
-        return page(request, "audit.html", rows=rows, actor=actor, next_after=nxt)
+        return page(request, "audit.html", rows=rows, actor=actor, target=target, next_after=nxt)
 
     @app.get("/api/audit", tags=["people"])
     def api_audit(
         request: Request,
         after: int = 0,
         actor: str = "",
+        target: str = "",
         limit: int = 1000,
         format: str = "json",
     ) -> Response:
-        """The audit log, oldest first (``after``: the last id you have).
+        """The audit log, oldest first (``after``: the last id you have; ``actor``, ``target``:
+        only that person's, only those on that, as the log names it: ``run ID``).
         ``format=jsonl``: one JSON object a line, an export."""
         read(request)
-        rows = records(after, actor, limit)
+        rows = records(after, actor, target, limit)
         if format == "jsonl":
             text = "".join(json.dumps(r, default=str) + "\n" for r in rows)
             return PlainTextResponse(text, media_type="application/x-ndjson")

@@ -142,11 +142,16 @@ def run_page_data(ctx: WebContext, request: Request, run_id: str, kind: str) -> 
     rec, points = data["rec"], data["points"]
     # (in the reader's terms: "Unpause it below" only to one the page offers Unpause)
     signed_in = ctx.auth.signed_in(request)
+    # (the requests they may deny but not approve: each card offers Deny only, and says why)
+    waiting = [a for a in data["approvals"] if a.status == "pending"]
+    data["blocked"] = ctx.blocked(request, waiting, {rec.run_id: rec})
     data["next_here"] = next_action_here(
         rec,
         data["state"],
         data["approvals"],
         may_lift=ctx.auth.may(request, "operate"),
+        may_decide=ctx.auth.may(request, "decide"),
+        blocked=data["blocked"],
         who=ctx.auth.who(request) if signed_in else "",
     )
     first = (rec.forked_at or 0) + 1 if rec.forked_from else 1  # the run's own first cycle
@@ -201,14 +206,10 @@ def run_page_data(ctx: WebContext, request: Request, run_id: str, kind: str) -> 
         # (where the window reaches before the newest checkpoints read: every one)
         read_all=(lambda: store.checkpoints_after(rid, -1)) if data["windowed"] else None,
     )
-    waiting = [a for a in data["approvals"] if a.status == "pending"]
     now = clock_for(store, waiting)  # expiry on the store's clock, as it is decided
     data["cards"] = {
         a.approval_id: approval_card(a, data["rec"], data["state"], now=now, votes=ctx.voters(a))
         for a in waiting
     }
-    data["blocked"] = ctx.blocked(
-        request, [a for a in data["approvals"] if a.status == "pending"], {rid: data["rec"]}
-    )
     data["reruns"] = [str(e.data.get("new_run")) for e in extra if e.kind == "rerun_requested"]
     return data

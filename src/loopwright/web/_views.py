@@ -12,7 +12,7 @@ import difflib
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -208,12 +208,22 @@ def _edit_key(e: Event) -> tuple[str, object]:
     return str(e.data.get("part")), e.data.get("version")
 
 
+_DECIDED_PARKED = "its request was decided; it waits to be resumed"
+
+
 def stop_words(rec: RunRecord, approvals: list[Approval] | None = None) -> str:
-    """The run's state or stop reason in plain words; given its ``approvals``, a run parked
-    whose request was decided elsewhere (``decided_while_parked``) says it waits to be
-    resumed."""
+    """The run's state or stop reason in plain words; a run parked whose request was decided
+    elsewhere (``decided_while_parked``; an unpause before a worker resumes it) says it
+    waits to be resumed: told by its ``approvals`` when given, else by the run row's count of
+    its pending requests (a list of runs reads no requests); a store that keeps no count
+    says it waits on either."""
     if approvals is not None and decided_while_parked(rec, approvals) is not None:
-        return "its request was decided; it waits to be resumed"
+        return _DECIDED_PARKED
+    if approvals is None and rec.status == "awaiting_approval":
+        if rec.open_requests is None:
+            return "parked: waiting for a person to decide a request, or to be resumed"
+        if rec.open_requests <= 0:
+            return _DECIDED_PARKED
     if rec.stop_reason:
         try:
             spent = {"cost_usd": rec.cost_usd, "tokens": rec.tokens, "seconds": rec.seconds}
@@ -253,12 +263,16 @@ def next_action_here(
     approvals: list[Approval],
     *,
     may_lift: bool | None = None,
+    may_decide: bool | None = None,
+    blocked: Collection[str] = (),
     who: str = "",
 ) -> str:
     """What the person on the run page should do next, in the page's own terms (the CLI's
     advice names commands; here the buttons are on the page). ``may_lift``: whether the
-    reader may lift a pause (the operator's permission), ``who`` the one signed in (``""``:
-    no one); ``None`` (the API's document) says what one who may does."""
+    reader may lift a pause (the operator's permission), ``may_decide`` whether they may
+    decide requests (the approver's), ``blocked`` the requests they may deny but not approve
+    (``WebContext.blocked``: a rule's role, a limit, separation of duties), ``who`` the one
+    signed in (``""``: no one); ``None`` (the API's document) says what one who may does."""
     pending = [a for a in approvals if a.status == "pending"]
     if pending and all(a.kind == PAUSE for a in pending):  # (denying a pause is refused)
         if may_lift is False:  # the page offers them no Unpause, nor a Cancel
@@ -274,6 +288,19 @@ def next_action_here(
         return "The run is paused: Unpause it below to go on, or cancel it (signed in)."
     if pending:
         said = "Decide the request below: approve or deny it (you must be signed in)."
+        if may_decide is False:  # the page offers them no Approve or Deny
+            said = (
+                "The run waits for a person to decide the request below: an approver approves "
+                f"or denies it; {who} may not (that needs the approver role)."
+                if who
+                else "The run waits for a person to decide the request below: sign in (as an "
+                "approver, where the store has users) to approve or deny it."
+            )
+        elif blocked and all(a.approval_id in blocked for a in pending if a.kind != PAUSE):
+            said = (
+                f"The run waits for a decision on the request below: {who or 'you'} may deny "
+                "it, not approve it (its card says why); another approver may approve it."
+            )
         if any(a.kind == PAUSE for a in pending):  # (parked on a request, and paused too)
             said += " The run is also paused by a person: " + (
                 "an operator lifts the pause." if may_lift is False else "Unpause it to go on."
