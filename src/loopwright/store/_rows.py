@@ -6,11 +6,12 @@ parameter: text for SQLite, a ``Json`` for psycopg."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._errors import StaleLeaseError, StoreError
+from .._errors import StaleLeaseError, StoreError, StoreUnavailableError
 from .._record_codec import pack as pack_record
 from ._records import Approval, CommitRequest, NewApproval, NewEvent, VersionRow
 
@@ -54,6 +55,28 @@ class RunBusy(StoreError):
     transaction), so nothing of it was written; the others of the batch were. The group
     committer writes it again alone, waiting on the lock there while the other runs go on
     (evloop53). Only a batch of several runs leaves one out: a lone commit waits."""
+
+
+class RowLocked(StoreUnavailableError):
+    """A write made in a store thread (``_store_threads``) that waited past ``BRIEF_LOCK_WAIT_S``
+    for a row another session holds locked (PostgreSQL: a ``cancel``, the dashboard, a person
+    in ``psql`` inside a transaction): rolled back whole, nothing of it written, its connection
+    given back to the pool. Tried again later (``in_store_thread``, the group committer), so
+    that writes waiting on rows locked elsewhere never hold every pooled connection, nor every
+    batch the committer writes at once (evloop53b)."""
+
+
+# How long a write made in a store thread waits for a row lock before ``RowLocked``.
+BRIEF_LOCK_WAIT_S = 0.25
+
+
+class _BriefLockWaits(threading.local):
+    on = False
+
+
+# Set in the store threads (``_store_threads``): the writes made there wait for a row lock only
+# ``BRIEF_LOCK_WAIT_S`` at a time (PostgreSQL); a store without row locks ignores it.
+BRIEF_LOCK_WAITS = _BriefLockWaits()
 
 
 # ``_fence_batch``'s token for a run whose row another session holds locked (``RunBusy``).
