@@ -110,3 +110,67 @@ def test_runs_locked_elsewhere_hold_only_themselves(
         for r in results:
             journal = rt.store.journal(r.run_id, kind="effect")
             assert journal and {e.status for e in journal} == {"done"}
+
+
+def test_a_worker_goes_on_while_an_expired_requests_run_is_held_elsewhere(
+    pg_url: str, pg_schema: tuple[str, str]
+) -> None:
+    """Run P parked on a request that has expired, its row held locked by another session (a
+    person deciding it, the dashboard); run Q to drive. The worker's poll records expired
+    requests before it claims: recording P's waited on P's row on the event loop, and the
+    worker claimed and drove nothing (its runs in flight stalled with it) until the lock went
+    (evloop53b). Now P's is left to a later poll and Q is driven to its end meanwhile."""
+    import threading
+
+    import psycopg
+    from test_worker_expired_requests import _expired, _park
+
+    from loopwright._worker import Worker
+
+    base, schema = pg_schema
+    q_loop = lw.Loop(
+        name="q",
+        actor=lambda ctx: lw.Proposal(edits=(lw.Edit("doc", "b", 1),)),
+        verifiers=[
+            lw.Check(fn=lambda s, p: lw.Verdict(passed=s.artifacts["doc"].values()["b"] == 1))
+        ],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+    )
+    with lw.Runtime(pg_url) as rt:
+        p, p_loop, bank = _park(rt)
+        req = rt.pending_approval(p.run_id)
+        assert req is not None
+        _expired(rt.store, req.approval_id)
+        q, _ = rt.create(q_loop, {"artifacts": {"doc": {"b": 0}}}, task_key="q")
+        loops = {p_loop.name: p_loop, q_loop.name: q_loop}
+        lock = psycopg.connect(base)
+        lock.execute(f'SET search_path TO "{schema}"')
+        lock.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (p.run_id,)).fetchall()
+        stats: list[Any] = []
+
+        def work() -> None:
+            stats.append(asyncio.run(Worker(rt, loops=loops, poll_s=0.001).run(once=True)))
+
+        worker = threading.Thread(target=work, daemon=True)
+        worker.start()
+        try:
+            # Q accepted while P's row stays locked (until `finally`): behind P's expiry it
+            # never is, and PATIENCE, a bound only that hang reaches, fails the test
+            for _ in range(int(PATIENCE * 20)):
+                if rt.store.get_run(q.run_id).status == "accepted":
+                    break
+                worker.join(0.05)
+            else:
+                raise AssertionError("Q was not driven while P's row was held")
+            assert rt.store.get_run(p.run_id).status == "awaiting_approval"
+        finally:
+            lock.rollback()
+            lock.close()
+        worker.join(PATIENCE)
+        assert not worker.is_alive() and stats[0].errors == 0, stats
+        # the lock gone, a poll records P's expiry and concludes P (expiry escalates): the
+        # same worker's, if it polled again after the lock went, else another's
+        if rt.store.get_run(p.run_id).status == "awaiting_approval":
+            asyncio.run(Worker(rt, loops=loops, poll_s=0.001).run(once=True))
+        assert rt.store.get_run(p.run_id).status == "escalated"
+        assert bank.executed == []
