@@ -57,6 +57,11 @@ class GroupCommitter:
         # runtime's ``group_commit=False``), each its own (written in a thread all the same).
         self.together = together
         self._writing: set[asyncio.Task[None]] = set()
+        # of those, the batches pausing before they are tried again, refused on a row another
+        # session holds locked (``RowLocked``): holding no connection, they are not in flight,
+        # and the others' batches go on (evloop53b: four runs whose rows were held took every
+        # batch in flight, and the worker's every run waited)
+        self._resting = 0
         # the runs of the batches being written (a run left out of one, ``RunBusy``, is in
         # the batch it is written in alone before that one ends)
         self._busy: Counter[str] = Counter()
@@ -105,7 +110,7 @@ class GroupCommitter:
         thread (at most ``IN_FLIGHT`` at once); a run's later commit waits in the queue until
         the batch holding its earlier one has ended, so a run's commits are written in order
         (and one after a failed one is refused: ``_after_failed``)."""
-        while self._queue and len(self._writing) < IN_FLIGHT:
+        while self._queue and len(self._writing) - self._resting < IN_FLIGHT:
             batch: list[tuple[CommitRequest, asyncio.Future[bool]]] = []
             left: list[tuple[CommitRequest, asyncio.Future[bool]]] = []
             held = set(self._busy)
@@ -151,7 +156,7 @@ class GroupCommitter:
             # and back (bench/RESULTS.md: two concurrent runs took 1,050 µs a cycle with
             # the hop, 740 µs without; and 100 runs gained too). Written here, at once.
             if self.threads:
-                results = await in_store_thread(self.store.commit_many, reqs)
+                results = await in_store_thread(self.store.commit_many, reqs, resting=self._rest)
             elif len(reqs) == 1:
                 results = self.store.commit_many(reqs)
             else:
@@ -178,6 +183,11 @@ class GroupCommitter:
                     fut.set_exception(res)
             elif not fut.done():
                 fut.set_result(res)
+
+    def _rest(self, resting: bool) -> None:
+        self._resting += 1 if resting else -1
+        if resting and self._queue:
+            self._wake.set()
 
     def _note_failed(self, req: CommitRequest, exc: BaseException) -> None:
         key = (req.run_id, req.token)

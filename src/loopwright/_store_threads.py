@@ -9,6 +9,12 @@ work fills (a sandboxed check, an image load, a user's ``run_in_executor``: revi
 threads that writes each stalled on their run's row lock (pg52) leave the others threads to go
 on. A forked child makes its own: the parent's threads are not in it, and work handed to their
 pool waited for ever.
+
+A write made here waits for a row lock held elsewhere only briefly (``store._protocol_commit.RowLocked``,
+PostgreSQL), then gives its pooled connection back and is tried again after a pause: waiting
+there, a few runs whose rows another session held took every connection of the store's pool,
+and the worker's other writes and reads waited for one until the pool's timeout failed them
+(evloop53b).
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .store._protocol_commit import BRIEF_LOCK_WAITS, RowLocked
+
 if TYPE_CHECKING:
     from .store import Store
 
@@ -29,17 +37,50 @@ _T = TypeVar("_T")
 
 _THREADS: list[ThreadPoolExecutor] = []
 
+# The pause before a write refused on a row lock (``RowLocked``) is tried again: doubled at each
+# refusal, up to the last. Its connection is the pool's meanwhile.
+_FIRST_PAUSE_S = 0.05
+_LAST_PAUSE_S = 1.0
+
+
+def _brief_lock_waits() -> None:
+    BRIEF_LOCK_WAITS.on = True
+
 
 def store_threads() -> ThreadPoolExecutor:
     if not _THREADS:
         # (two made at once: the first is used, the other never starts a thread)
-        _THREADS.append(ThreadPoolExecutor(max_workers=32, thread_name_prefix="loopwright-store"))
+        _THREADS.append(
+            ThreadPoolExecutor(
+                max_workers=32,
+                thread_name_prefix="loopwright-store",
+                initializer=_brief_lock_waits,
+            )
+        )
     return _THREADS[0]
 
 
-async def in_store_thread(fn: Callable[..., _T], *args: Any) -> _T:
-    """``fn(*args)`` in a store thread, awaited."""
-    return await asyncio.get_running_loop().run_in_executor(store_threads(), fn, *args)
+async def in_store_thread(
+    fn: Callable[..., _T], *args: Any, resting: Callable[[bool], None] | None = None
+) -> _T:
+    """``fn(*args)`` in a store thread, awaited; tried again after a pause while it is refused
+    on a row another session holds locked (``RowLocked``: nothing of it was written).
+    ``resting(True)`` is called as each pause starts, ``resting(False)`` as it ends."""
+    loop = asyncio.get_running_loop()
+    pause = _FIRST_PAUSE_S
+    while True:
+        try:
+            return await loop.run_in_executor(store_threads(), fn, *args)
+        except RowLocked:
+            pass
+        if resting is not None:
+            resting(True)
+        try:
+            await asyncio.sleep(pause)
+        finally:
+            if resting is not None:
+                resting(False)
+        pause = min(pause * 2, _LAST_PAUSE_S)
 
 
 async def written(store: Store, fn: Callable[..., _T], /, *args: Any, **kw: Any) -> _T:

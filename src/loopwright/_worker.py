@@ -35,8 +35,10 @@ from ._errors import (
 from ._loop import Loop
 from ._redact import redact_text
 from ._spec import loop_of_run
+from ._store_threads import in_store_thread
 from .store import NewEvent, RunRecord
 from .store._base import with_newer
+from .store._protocol_commit import RowLocked
 
 __all__ = ["Worker", "WorkerStats"]
 
@@ -247,17 +249,23 @@ class Worker:
         if self.on_skip is not None:
             self.on_skip(run_id, why)
 
-    def _expire_due(self) -> None:
+    async def _expire_due(self) -> None:
         """Record as expired the pending requests whose time ran out on the store's clock
         (``Store.expired_requests``), so the runs parked on them are claimable now, and their
         resume escalates (expiry escalates). Before, expiry was recorded only when someone
         resumed the run or tried to decide the request: no worker ever took such a run. A
-        request decided meanwhile keeps its decision (``expire``: one outcome, recorded once)."""
+        request decided meanwhile keeps its decision (``expire``: one outcome, recorded once).
+
+        In a store thread where a write can wait on a row lock (PostgreSQL): a request whose
+        run's row another session holds (a person deciding it, the dashboard) is left to a
+        later poll (``RowLocked``). Recorded on the event loop, it waited there for the lock,
+        and the worker claimed nothing and its runs in flight stood still (evloop53b)."""
         store = self.runtime.store
-        try:
-            for req in store.expired_requests(limit=EXPIRE_BATCH):
-                expire(store, req)
-        except StoreError as exc:
+        if store.concurrent_writers:
+            exc = await in_store_thread(self._expire_batch)
+        else:
+            exc = self._expire_batch()
+        if exc is not None:
             # asked again at the next poll. Any store error, not only a lost connection: one
             # damaged request row (read first at every poll, the soonest expired) ended the
             # worker at its first poll, every run with it, and every restart alike.
@@ -265,6 +273,17 @@ class Worker:
             if not isinstance(exc, StoreUnavailableError) and not self._expiry_said:
                 self._expiry_said = True
                 _log.warning("recording expired requests failed (asked again each poll): %s", exc)
+
+    def _expire_batch(self) -> StoreError | None:
+        """``_expire_due``'s writes: the store's failure, if it failed (counted on the loop)."""
+        store = self.runtime.store
+        try:
+            for req in store.expired_requests(limit=EXPIRE_BATCH):
+                with contextlib.suppress(RowLocked):  # (its run's row held: the next poll)
+                    expire(store, req)
+        except StoreError as exc:
+            return exc
+        return None
 
     async def run(self, *, once: bool = False, max_runs: int | None = None) -> WorkerStats:
         """Work until ``stop()`` (or, with ``once``, until nothing is runnable and all runs
@@ -293,7 +312,7 @@ class Worker:
                     "ttl_s": self.runtime.lease_ttl_s,
                     "limit": free,
                 }
-                self._expire_due()
+                await self._expire_due()
                 try:
                     # Not the runs it drives: frozen past their leases (SIGSTOP, a VM pause),
                     # this worker would otherwise take them over from itself on waking,

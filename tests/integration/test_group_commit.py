@@ -489,3 +489,125 @@ def test_a_batch_skips_a_run_whose_row_another_session_holds(
     finally:
         holder.close()
         st.close()
+
+
+# --- evloop53b: rows locked elsewhere take no worker's every thread nor connection ----------
+def _locked_runs(pg_url: str, n: int) -> tuple[list[str], dict[str, int], dict[str, object]]:
+    """``n`` runs of ``_loop()`` created, each leased to a test owner: ids, tokens, a state."""
+    loop = _loop()
+    with lw.Runtime(pg_url) as rt:
+        ids = [rt.create(loop, _tasks(1)[0], task_key=f"t{i}")[0].run_id for i in range(n)]
+    st = open_store(pg_url)
+    try:
+        tokens = {r: st.acquire_lease(r, f"x:1:{r}", 600) for r in ids}
+        return ids, tokens, st.latest_checkpoint(ids[0]).state
+    finally:
+        st.close()
+
+
+async def _blocked_by(base: str, holder: int, n: int) -> None:
+    """Until ``n`` sessions wait on a lock the session ``holder`` (a backend pid) holds."""
+    import psycopg
+
+    with psycopg.connect(base, autocommit=True) as watch:
+        for _ in range(int(PATIENCE * 20)):  # (a bound only a hang reaches)
+            [(k,)] = watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                (holder,),
+            ).fetchall()
+            if k >= n:
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"{n} writes never waited on the lock")
+
+
+@pytest.mark.postgres
+def test_runs_whose_rows_another_session_holds_leave_the_others_commits_going(
+    pg_url: str, pg_schema: tuple[str, str]
+) -> None:
+    """Five runs' rows held locked by another session, each run's commit waiting alone for
+    its row: a sixth run's commit is written meanwhile. The waiting batches were batches in
+    flight, four at most, so the fifth locked run's and the free run's commits never started
+    while the lock held, and a worker's every run stood still (evloop53b)."""
+    import psycopg
+
+    base, schema = pg_schema
+    ids, tokens, state = _locked_runs(pg_url, 6)
+    locked, free = ids[:5], ids[5]
+    st = open_store(pg_url)
+    lock = psycopg.connect(base)
+    try:
+        lock.execute(f'SET search_path TO "{schema}"')
+        lock.execute("SELECT 1 FROM runs WHERE run_id = ANY(%s) FOR UPDATE", (locked,)).fetchall()
+
+        async def main() -> int:
+            committer = _group.GroupCommitter(st)
+            try:
+                waiting = []
+                for r in locked:  # (one turn each: batches of one, each waiting on its row)
+                    waiting.append(committer.submit(_commit_of(r, tokens[r], state)))
+                    await asyncio.sleep(0)
+                await _blocked_by(base, lock.info.backend_pid, 5)
+                done = committer.submit(_commit_of(free, tokens[free], state))
+                # behind the waiting batches it never comes: PATIENCE, a bound that only that
+                # hang reaches, fails the test
+                assert await asyncio.wait_for(done, PATIENCE) is False
+                assert not any(w.done() for w in waiting)
+            finally:
+                lock.rollback()
+            assert await asyncio.wait_for(asyncio.gather(*waiting), PATIENCE) == [False] * 5
+            await committer.close()
+            return committer.commits
+
+        assert asyncio.run(main()) == 6  # each written once
+        assert [st.latest_checkpoint(r).seq for r in ids] == [1] * 6
+        assert [[e.kind for e in st.events(r)].count("x") for r in ids] == [1] * 6
+    finally:
+        lock.close()
+        st.close()
+
+
+@pytest.mark.postgres
+def test_writes_waiting_on_rows_locked_elsewhere_leave_a_connection_for_a_renewal(
+    pg_url: str, pg_schema: tuple[str, str]
+) -> None:
+    """A store of two pooled connections, three runs' rows held locked by another session and
+    each run's commit waiting for its row: another run's lease renewal, from the same store
+    threads, is written meanwhile. The waiting writes held every connection of the pool, and
+    the renewal failed after the pool's 30 s (``StoreUnavailableError``): a lease left to run
+    out under a live worker (evloop53b)."""
+    import psycopg
+
+    from loopwright._store_threads import in_store_thread
+
+    base, schema = pg_schema
+    ids, tokens, state = _locked_runs(pg_url, 4)
+    locked, free = ids[:3], ids[3]
+    st = open_store(pg_url + "&pool_max=2")
+    lock = psycopg.connect(base)
+    try:
+        lock.execute(f'SET search_path TO "{schema}"')
+        lock.execute("SELECT 1 FROM runs WHERE run_id = ANY(%s) FOR UPDATE", (locked,)).fetchall()
+        before = st.get_run(free).lease_expires_at
+
+        async def main() -> None:
+            committer = _group.GroupCommitter(st)
+            try:
+                waiting = [committer.submit(_commit_of(r, tokens[r], state)) for r in locked]
+                await _blocked_by(base, lock.info.backend_pid, 2)  # (every connection)
+                await asyncio.wait_for(
+                    in_store_thread(st.renew_lease, free, tokens[free], 900), PATIENCE
+                )
+                assert not any(w.done() for w in waiting)
+            finally:
+                lock.rollback()
+            assert await asyncio.wait_for(asyncio.gather(*waiting), PATIENCE) == [False] * 3
+            await committer.close()
+
+        asyncio.run(main())
+        after = st.get_run(free).lease_expires_at
+        assert after is not None and before is not None and after > before
+        assert [st.latest_checkpoint(r).seq for r in locked] == [1] * 3
+    finally:
+        lock.close()
+        st.close()

@@ -433,6 +433,7 @@ def test_one_locked_run_does_not_stall_the_workers_other_leases(faults: Faults) 
     lock.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (x,)).fetchall()
     try:
         f.until("x's heartbeat waiting", lambda: f.waiting("lw_pg52_h", HEARTBEAT), w)
+        [(x_at,)] = f.sql("SELECT lease_expires_at FROM runs WHERE run_id = %s", (x,))
         [(before,)] = f.sql("SELECT lease_expires_at FROM runs WHERE run_id = %s", (y,))
 
         def renewed() -> bool:
@@ -444,7 +445,9 @@ def test_one_locked_run_does_not_stall_the_workers_other_leases(faults: Faults) 
         # other worker is there to take y over); waiting for it races nothing. Blocked behind
         # x's, it never lands: PATIENCE, a bound that only that hang reaches, fails the test.
         f.until("y's lease renewed while x's heartbeat waits", renewed, w)
-        assert f.waiting("lw_pg52_h", HEARTBEAT), "x's heartbeat stopped waiting on the lock"
+        # (x's renewal waits on the lock a moment at a time, its connection the pool's between
+        # tries, evloop53b: none of them landed)
+        assert f.sql("SELECT lease_expires_at FROM runs WHERE run_id = %s", (x,)) == [(x_at,)]
     finally:
         lock.rollback()
         lock.close()
@@ -497,7 +500,8 @@ def test_one_runs_blocked_write_does_not_stall_the_workers_other_runs(
             ),
             w,
         )
-        assert f.waiting("lw_ev53_w", marks), "A's write stopped waiting on the lock"
+        # (A's write waits on the lock a moment at a time, its connection the pool's between
+        # tries, evloop53b: nothing of it lands)
         after = dict(f.sql("SELECT run_id, count(*) FROM checkpoints GROUP BY run_id"))
         assert after[a] == before[a]  # nothing of A's written past the lock
         assert after[b] - before[b] >= 3 and after[c] - before[c] >= 3, (before, after)

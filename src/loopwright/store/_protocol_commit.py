@@ -4,12 +4,19 @@ and the run's event log, appended and read (``CommitStore``, part of ``Store``).
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from abc import abstractmethod
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from .._errors import ApprovalError, ConflictError, StaleLeaseError, StoreError
+from .._errors import (
+    ApprovalError,
+    ConflictError,
+    StaleLeaseError,
+    StoreError,
+    StoreUnavailableError,
+)
 from .._record_codec import fill_versions, referred_versions
 from .._record_codec import unpack as unpack_record
 from ._protocol_approvals import ApprovalsStore
@@ -18,7 +25,7 @@ from ._records import CommitRequest, Event, NewApproval, NewEvent, VersionRow
 if TYPE_CHECKING:
     from ._base import Store
 
-__all__ = ["CommitStore", "RunBusy"]
+__all__ = ["BRIEF_LOCK_WAITS", "BRIEF_LOCK_WAIT_S", "CommitStore", "RowLocked", "RunBusy"]
 
 
 class RunBusy(StoreError):
@@ -27,6 +34,28 @@ class RunBusy(StoreError):
     transaction), so nothing of it was written; the others of the batch were. The group
     committer writes it again alone, waiting on the lock there while the other runs go on
     (evloop53). Only a batch of several runs leaves one out: a lone commit waits."""
+
+
+class RowLocked(StoreUnavailableError):
+    """A write made in a store thread (``_store_threads``) that waited past ``BRIEF_LOCK_WAIT_S``
+    for a row another session holds locked (PostgreSQL: a ``cancel``, the dashboard, a person
+    in ``psql`` inside a transaction): rolled back whole, nothing of it written, its connection
+    given back to the pool. Tried again later (``in_store_thread``, the group committer), so
+    that writes waiting on rows locked elsewhere never hold every pooled connection, nor every
+    batch the committer writes at once (evloop53b)."""
+
+
+# How long a write made in a store thread waits for a row lock before ``RowLocked``.
+BRIEF_LOCK_WAIT_S = 0.25
+
+
+class _BriefLockWaits(threading.local):
+    on = False
+
+
+# Set in the store threads (``_store_threads``): the writes made there wait for a row lock only
+# ``BRIEF_LOCK_WAIT_S`` at a time (PostgreSQL); a store without row locks ignores it.
+BRIEF_LOCK_WAITS = _BriefLockWaits()
 
 
 class CommitStore(ApprovalsStore):

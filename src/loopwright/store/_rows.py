@@ -12,8 +12,8 @@ from typing import Any
 
 from .._errors import StaleLeaseError, StoreError
 from .._record_codec import pack as pack_record
-from ._protocol_commit import (
-    RunBusy,  # (the commit protocol's: the engine's group committer catches it)
+from ._protocol_commit import (  # (the commit protocol's: the engine catches them)
+    RunBusy,
 )
 from ._records import Approval, CommitRequest, NewApproval, NewEvent, VersionRow
 

@@ -45,6 +45,7 @@ from .._redact import redact_text
 from .._url_secrets import hide_url_secrets
 from ._damage import damage_error
 from ._pg_schema import CLAIMABLE_PG, PG_MIGRATIONS, PG_TABLES
+from ._protocol_commit import BRIEF_LOCK_WAIT_S, BRIEF_LOCK_WAITS, RowLocked
 from ._rows import BUSY_TOKEN
 from ._sql import RUNNABLE_STATUS, SQLStore
 from ._sql_statements import ASKED
@@ -70,6 +71,7 @@ _FREE = "(r.lease_owner IS NULL OR r.lease_expires_at IS NULL OR r.lease_expires
 _RUNNABLE = f"{_FREE} AND {RUNNABLE_STATUS}"
 
 _OWN_PARAMS = frozenset({"schema", "pool_min", "pool_max", "idle_tx_timeout_s"})
+_LOCK_WAIT = f"SET LOCAL lock_timeout = '{int(BRIEF_LOCK_WAIT_S * 1000)}ms'"
 _LOCK_CLASS = 0x4C57  # "LW": the advisory-lock namespace of loopwright migrations
 
 
@@ -295,6 +297,9 @@ class PostgresStore(SQLStore):
         try:
             with self._pool.connection() as conn:
                 yield conn
+        except psycopg.errors.LockNotAvailable as exc:
+            # (only a store thread's write sets a lock timeout: ``_tx``)
+            raise RowLocked(f"{self.url}: a row is locked by another session ({exc})") from exc
         except PoolTimeout as exc:
             raise StoreUnavailableError(
                 f"{self.url}: no database connection available ({exc})"
@@ -311,7 +316,19 @@ class PostgresStore(SQLStore):
     @contextmanager
     def _tx(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
         with self._conn() as conn, conn.transaction():
+            self._brief_lock_wait(conn)
             yield conn
+
+    @staticmethod
+    def _brief_lock_wait(conn: psycopg.Connection[Any]) -> None:
+        # A write from a store thread (the engine's: a cycle's commit, an effect's journal, a
+        # lease's renewal or release) waits for a row lock held elsewhere only briefly, then
+        # gives its connection back and is tried again (``RowLocked``): waiting there, a few
+        # runs whose rows another session held took every pooled connection, and the
+        # worker's other writes (a renewal, a read) failed after the pool's timeout
+        # (evloop53b). A person's write (a cancel, an edit) waits as it did.
+        if BRIEF_LOCK_WAITS.on:
+            conn.execute(_LOCK_WAIT)
 
     @contextmanager
     def _tx_lazy(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
@@ -320,6 +337,7 @@ class PostgresStore(SQLStore):
         # committed without waiting for the log's flush. A crash of the server or the machine
         # before the next flush may lose it: the bill of the one call in flight (invariant 7).
         with self._conn() as conn, conn.transaction():
+            self._brief_lock_wait(conn)
             conn.execute("SET LOCAL synchronous_commit = off")
             yield conn
 

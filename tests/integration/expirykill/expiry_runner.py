@@ -147,6 +147,15 @@ def wire(rt: lw.Runtime, hit: Callable[[str], None]) -> Callable[[], None]:
         hit("commit_tx")  # the transaction is open: nothing of it committed yet
         return out
 
+    real_batch = store._commit_batch
+
+    def commit_batch(*a: Any, **kw: Any) -> Any:
+        # (a PostgreSQL run's commit goes through the group committer's ``commit_many`` since
+        # evloop53, whose one-pass path writes without ``_commit_in``)
+        out = real_batch(*a, **kw)
+        hit("commit_tx")  # the transaction is open: nothing of it committed yet
+        return out
+
     def acquire_lease(*a: Any, **kw: Any) -> Any:
         token = real_lease(*a, **kw)
         hit("lease")
@@ -171,6 +180,7 @@ def wire(rt: lw.Runtime, hit: Callable[[str], None]) -> Callable[[], None]:
     store.journal_put = journal_put
     store.expired_requests, store.claim_runs = expired_requests, claim_runs
     store._commit_in, store.acquire_lease = commit_in, acquire_lease
+    store._commit_batch = commit_batch
     store.decide_approval = decide_approval
     _worker.expire = expire
 
