@@ -582,8 +582,9 @@ async def perform_effect(
                 checked = True
             elif kind == "transient" and not eff.idempotent:
                 cause = (
-                    f"{named()} failed with a transient error and may have acted; it "
-                    "is not idempotent and has no reconcile hook, so it is not retried"
+                    f"{named()} failed with a transient error ({_what_failed(exc, eff)}) and "
+                    "may have acted; it is not idempotent and has no reconcile hook, so it is "
+                    "not retried"
                 )
                 await put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
                 return out("in_doubt", attempts=attempts, cause=cause, error=info)
@@ -647,3 +648,17 @@ async def perform_effect(
         await put("done", data, None, "effect_done")
         ex.at("after_effect_result")
         return out("done", result=value, attempts=attempts, usage=usage)
+
+
+def _what_failed(exc: BaseException, eff: Effect) -> str:
+    """The transient error named for a person settling the entry: its type and text, and for
+    a timeout, where the limit came from (the effect's own ``timeout_s``, or its deadline inside
+    the lease: an operator whose effects outlast ``--lease-ttl`` raises it)."""
+    if isinstance(exc, CallTimeout):
+        limit = (
+            f"its timeout_s of {eff.timeout_s:g} s"
+            if eff.timeout_s is not None and eff.timeout_s <= exc.seconds + 0.5
+            else "its deadline inside the lease: raise --lease-ttl / lease_ttl_s for a longer call"
+        )
+        return f"no result after {exc.seconds:.3g} s, {limit}"
+    return f"{type(exc).__name__}: {exc_text(exc)}"

@@ -54,6 +54,12 @@ _AGAIN = (
     "cycle; a business key, key=, names the action and reuses it)"
 )
 
+# Said of one whose cycle never ended: the redone cycle is numbered as it was.
+_REUSED = (
+    ": it stands, and the redone cycle {cycle} that asks for it with the same arguments "
+    "reuses it (its key names that cycle)"
+)
+
 
 def offer_compensations(
     store: Store,
@@ -112,6 +118,11 @@ def offer_compensations(
             # hands a new key and runs it a second time, beside the one that stands
             # (effects53: the rollback listed it, and nothing said it would be done again).
             again = redo and "action" not in e.data
+            if again and e.cycle > cycle:
+                # Its cycle never ended (in doubt after a crash, settled since): the redo's
+                # next cycle has its number, so the same call has its key and reuses it.
+                irreversible.append(f"{name} ({handed})" + _REUSED.format(cycle=e.cycle))
+                continue
             irreversible.append(f"{name} ({handed})" + (_AGAIN if again else ""))
             continue
         args = dict(e.data.get("args") or {})

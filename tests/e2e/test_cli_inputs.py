@@ -190,3 +190,19 @@ def test_a_changed_task_under_an_existing_runs_key_is_said_not_silently_ignored(
     assert "task key 'e2e:x'" not in said  # the unchanged task is not named
     assert "2 of 2 run(s) had ended before this command" in said
     assert [x["task_key"] for x in json.loads(r.stdout)] == ["e2e:#1", "e2e:x"]  # stdout: JSON
+
+
+def test_the_hints_placeholder_name_typed_as_printed_is_refused_not_recorded(
+    project: Path,
+) -> None:
+    # Day two: `loopwright unpause RUN --by NAME`, typed as the hint printed it, recorded the
+    # decision as made by "NAME" in the audit log. The placeholder is refused, the store as it was.
+    store = project / "s.db"
+    (project / "t.json").write_text(json.dumps(PARKS))
+    assert lw("run", "loop.toml", "--task", "t.json", cwd=project, store=store).returncode == 4
+    run_id = json.loads(lw("approvals", "--json", cwd=project, store=store).stdout)[0]["run_id"]
+    before = dump(store)
+    r = lw("approve", run_id[:12], "--by", "NAME", cwd=project, store=store)
+    refused(r, "--by", "placeholder", "leave --by out")
+    assert dump(store) == before
+    assert lw("approve", run_id[:12], cwd=project, store=store).returncode == 0

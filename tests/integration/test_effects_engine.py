@@ -531,6 +531,46 @@ def test_effect_timeout_is_transient_and_in_doubt(rt: lw.Runtime) -> None:
     assert "may have acted" in p["cause"]
 
 
+def test_an_effect_timed_out_names_the_timeout_and_its_limit_in_the_cause(
+    rt: lw.Runtime,
+) -> None:
+    # Before: "notify failed with a transient error and may have acted": an operator could
+    # not tell a timeout from a connection error without reading the journal's JSON.
+    gate = threading.Event()
+
+    def slow(n: int) -> int:
+        gate.wait()  # until the test ends: only the engine's timeout ends the call
+        return n
+
+    eff = lw.effect("custom", timeout_s=0.05, retry=FAST)(slow)
+    try:
+        r = rt.run_sync(make_loop(Script(with_effects(FIX_ALL, eff.call(n=1))), [eff]), TASK)
+    finally:
+        gate.set()
+    cause = escalated(r)["cause"]
+    assert "no result after" in cause and "its timeout_s of 0.05 s" in cause, cause
+
+
+def test_an_effect_past_its_lease_deadline_says_to_raise_the_lease(store_path: Path) -> None:
+    # No timeout_s: the deadline is the lease TTL less its margin (a worker's --lease-ttl),
+    # which an operator must raise for a longer call; the cause says so.
+    gate = threading.Event()
+
+    def slow(n: int) -> int:
+        gate.wait()
+        return n
+
+    eff = lw.effect("custom", retry=FAST)(slow)
+    try:
+        with lw.Runtime(store_path, lease_ttl_s=1.0) as rt:
+            loop = make_loop(Script(with_effects(FIX_ALL, eff.call(n=1))), [eff])
+            r = rt.run_sync(loop, TASK)
+    finally:
+        gate.set()
+    cause = escalated(r)["cause"]
+    assert "no result after" in cause and "raise --lease-ttl" in cause, cause
+
+
 def test_a_timed_out_call_still_running_is_not_run_again_whatever_the_hook_says(
     rt: lw.Runtime,
 ) -> None:

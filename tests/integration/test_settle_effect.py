@@ -9,7 +9,7 @@ may operate. SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import pytest
-from doc_loop import TASK
+from doc_loop import TASK, fields
 from test_keyless_effect_failures import _paying
 
 import loopwright as lw
@@ -110,3 +110,41 @@ def test_settling_needs_the_operator_role(url: str) -> None:
         assert rt.settle_effect(run_id, "pay:I6", done=False, by="rita").status == "failed"
         outcomes = {(a.actor, a.outcome) for a in rt.store.audit() if a.action == "settle_effect"}
         assert outcomes == {("otto", "refused"), ("rita", "allowed")}
+
+
+def _run_scoped(charges: list[str], fail: bool) -> lw.Loop:
+    """Pays in its one cycle under the default key (run, cycle, name, arguments): no key."""
+
+    @lw.effect("spend", name="pay")
+    def pay(invoice: str) -> dict[str, str]:
+        charges.append(invoice)
+        if fail:
+            raise ValueError("the ledger write after the charge failed")
+        return {"charged": invoice}
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        fix = tuple(lw.Edit("doc", k, v) for k, v in (("a", 1), ("b", 2), ("c", 3)))
+        return lw.Proposal(edits=fix, effects=(pay.call(invoice="I7"),))
+
+    allow = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
+    return lw.Loop(name="scoped", actor=actor, verifiers=[fields],
+                   contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+                   effects=[pay], approvals=allow)  # fmt: skip
+
+
+def test_the_rollback_after_settling_done_says_the_redo_reuses_it(url: str) -> None:
+    # Day two: settled done as the escalation says, rolled back to before its cycle (which
+    # never ended), the rollback said "a redone cycle that asks for it runs it again"; the
+    # redone cycle has the same number and key, and reused the settled result.
+    charges: list[str] = []
+    with lw.Runtime(url) as rt:
+        a = rt.run_sync(_run_scoped(charges, True), TASK)
+        assert a.status == "escalated" and a.cycles == 0, (a.status, a.cycles)
+        [entry] = rt.store.journal(a.run_id, kind="effect")
+        rt.settle_effect(a.run_id, entry.key, done=True, by="ops", result={"charged": "I7"})
+        rt.rollback(a.run_id, 0, by="ops", loop=_run_scoped(charges, False))
+        [ev] = [e for e in rt.store.events(a.run_id) if e.kind == "rolled_back"]
+        [item] = ev.data["irreversible"]
+        assert "runs it again" not in item and "reuses" in item, item
+        assert rt.resume_sync(a.run_id, _run_scoped(charges, False)).status == "accepted"
+    assert charges == ["I7"]

@@ -110,9 +110,17 @@ NAME_MAX = 64  # the longest person's name: `loopwright users add` allows as lon
 def by_name(value: str | None) -> str | None:
     """A ``--by`` name no longer than a user's name may be. A blank one is refused: it was
     taken as no ``--by`` at all, so ``--by "$APPROVER"`` with the variable unset recorded the
-    decision under the OS user's name."""
+    decision under the OS user's name; so is ``NAME``, the hints' placeholder."""
     if value is not None and not value.strip():
         raise ConfigError("is blank: give a person's name", field="--by")
+    if value is not None and value.strip() == "NAME":
+        # The hints print `--by NAME`; typed as printed it recorded (and audited) a decision
+        # made by "NAME".
+        raise ConfigError(
+            "NAME is the hint's placeholder: give your own name, or leave --by out where "
+            "it defaults to your OS user",
+            field="--by",
+        )
     if value is not None and len(value.strip()) > NAME_MAX:
         raise ConfigError(
             f"a name is at most {NAME_MAX} characters (as `loopwright users add` allows); "
