@@ -110,3 +110,24 @@ def test_settling_needs_the_operator_role(url: str) -> None:
         assert rt.settle_effect(run_id, "pay:I6", done=False, by="rita").status == "failed"
         outcomes = {(a.actor, a.outcome) for a in rt.store.audit() if a.action == "settle_effect"}
         assert outcomes == {("otto", "refused"), ("rita", "allowed")}
+
+
+def test_a_settled_result_is_strict_json(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """review53c: the result a person gives is stored as given or refused, as an edit's value
+    is (``check_value``): a NaN was written as null and a set as its text, silently, and a
+    result nested deeper than the stores write failed `loopwright settle` with an internal
+    error (exit 1) instead of one line and exit 2. Nothing is settled by a refused one."""
+    charges: list[str] = []
+    with lw.Runtime(url) as rt:
+        run_id = _doubted(rt, charges)
+        for bad in ({"x": float("nan")}, {"s": {1, 2}}, {1: "a"}):
+            with pytest.raises(lw.ConfigError, match="result"):
+                rt.settle_effect(run_id, "pay:I6", done=True, by="ops", result=bad)
+    deep = "[" * 400 + "]" * 400
+    args = ["settle", run_id, "pay:I6", "--done", "--result", deep, "--by", "ops"]
+    assert main([*args, "--store", url]) == 2
+    err = capsys.readouterr().err
+    assert "--result" in err and "internal error" not in err, err
+    with lw.Runtime(url) as rt:
+        [entry] = rt.store.journal(run_id, kind="effect")
+        assert entry.status == "in_doubt"

@@ -533,7 +533,7 @@ def settle(
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
         who = acting_as(rt.store, by, token, action="settle_effect", target=f"run {rec.run_id}")
-        with as_options(by="--by", note="--note", key="KEY", done="--done"):
+        with as_options(by="--by", note="--note", key="KEY", done="--done", result="--result"):
             got = rt.settle_effect(
                 rec.run_id, key, done=done, by=who, note=note, result=value, origin="cli"
             )
