@@ -159,3 +159,28 @@ def test_a_key_pasted_into_a_decisions_note_on_the_dashboard_is_not_stored(
     for t in c.app.state.resumes:  # type: ignore[attr-defined]  (the resume it started)
         t.join(60)
     assert _key_pieces_in(store) == []
+
+
+def test_a_key_pasted_into_a_settled_result_is_not_stored(
+    run: tuple[Path, str], tmp_path: Path
+) -> None:
+    """review53c: ``loopwright settle`` writes a person's result and note into the run, as an
+    edit or a decision does (effects53b and secrets53b were merged side by side): it builds
+    the run's loop first too, so a key the loop's adapter reads is masked in them."""
+    db, run_id = run
+    with lw.Runtime(db) as rt:  # an effect left in doubt (as a crash inside it leaves one)
+        token = rt.store.acquire_lease(run_id, "test", 30.0)
+        data = {"name": "pay", "kind": "spend", "cause": "may have acted"}
+        rt.store.journal_put(
+            run_id, token, key="effect:pay:1", kind="effect", cycle=1, status="in_doubt", data=data
+        )
+        rt.store.release_lease(run_id, token)
+    _redact.reset()
+    result = json.dumps({"bank": PASTED})
+    args = ("settle", run_id, "pay", "--done", "--result", result, "--note", PASTED)
+    done = cli(*args, "--by", "ann", cwd=tmp_path, store=db)
+    assert done.returncode == 0, done.stderr
+    assert _stored_in_clear(db) == []
+    with lw.Runtime(db) as rt:
+        [entry] = rt.store.journal(run_id, kind="effect")
+        assert entry.data["result"] == {"bank": "key *** again *** proxy ***"}
