@@ -22,7 +22,7 @@ from ._authority import audit, may_operate, refused
 from ._effect_keys import args_digest
 from ._errors import ConfigError, ConflictError
 from ._host import RuntimeHost
-from ._json import check_given_text
+from ._json import check_given_text, check_value
 from ._people import _printable_note
 from ._redact import redact, redact_text
 from .store import JournalEntry, NewEvent, Store
@@ -47,7 +47,7 @@ class Settling(RuntimeHost):
         """Record what a person found out about run ``run_id``'s effect in doubt ``key`` (its
         key as the packet names it, the key it was handed, or the effect's name when only one
         of that name is in doubt). ``done``: it happened, with ``result`` (recorded as an
-        effect's result is, secrets masked); a redo, or another run asking for the action,
+        effect's result is, secrets masked; strict JSON, or a ``ConfigError``); a redo, or another run asking for the action,
         reuses it. Not ``done``: it did not; it is recorded failed, its key kept for the next
         attempt. Only an entry in doubt is settled (``ConfigError`` otherwise); ``by`` must
         may operate (in a store with users); audited (``settle_effect``) and an
@@ -59,6 +59,10 @@ class Settling(RuntimeHost):
         check_given_text(key, field="key")
         if note is not None:
             check_given_text(note, field="note")
+        if done:
+            # what a person gives is stored as given or refused, as an edit's value: a NaN was
+            # written as null, a set as its text, and a value nested too deep failed the write
+            check_value(result, field="result")
         rec = self.store.get_run(run_id)
         on = f"run {rec.run_id}"
         who = may_operate(self.store, by, "settle_effect", on, origin=origin)

@@ -54,6 +54,7 @@ import importlib.util
 import math
 import os
 import sys
+import threading
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -120,21 +121,13 @@ def resolve_ref(ref: str, base: Path, where: str) -> Any:
                 raise SpecError(f"no file {path}", field=where)
             digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
             name = f"loopwright_spec_{path.stem}_{digest}"
-            module = sys.modules.get(name)
-            if module is None:
-                _refuse_shadowed_siblings(path.parent, where)
-                _SPEC_DIRS.add(path.parent)
-                spec = importlib.util.spec_from_file_location(name, path)
-                if spec is None or spec.loader is None:
-                    raise SpecError(f"cannot import {path}", field=where)
-                module = importlib.util.module_from_spec(spec)
-                sys.modules[name] = module
-                try:
-                    spec.loader.exec_module(module)
-                except BaseException:
-                    sys.modules.pop(name, None)
-                    raise
-                note_module(name, str(path))  # a function of it may be sent to a child
+            # one thread imports it, another waits (the dashboard builds loops in its request
+            # and resume threads): the module is in sys.modules before its code has run, and
+            # a second thread read it there half made ("has no attribute": review53c)
+            with _import_lock(name):
+                module = sys.modules.get(name)
+                if module is None:
+                    module = _import_file(name, path, where)
         elif target.startswith(".") or "/" in target or "\\" in target:
             # (importlib's own words here are about a relative import's 'package' argument)
             raise SpecError(
@@ -160,6 +153,35 @@ def resolve_ref(ref: str, base: Path, where: str) -> Any:
             raise SpecError(f"{target!r} has no attribute {attr!r}", field=where)
         obj = getattr(obj, part)
     return obj
+
+
+_IMPORT_LOCKS: dict[str, threading.RLock] = {}
+_IMPORT_LOCKS_LOCK = threading.Lock()
+
+
+def _import_lock(name: str) -> threading.RLock:
+    """The lock one spec ``file.py`` module is imported under (re-entrant: its code may load a
+    spec too)."""
+    with _IMPORT_LOCKS_LOCK:
+        return _IMPORT_LOCKS.setdefault(name, threading.RLock())
+
+
+def _import_file(name: str, path: Path, where: str) -> ModuleType:
+    """Import the spec module ``path`` as ``name`` (its lock held)."""
+    _refuse_shadowed_siblings(path.parent, where)
+    _SPEC_DIRS.add(path.parent)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SpecError(f"cannot import {path}", field=where)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    note_module(name, str(path))  # a function of it may be sent to a child
+    return module
 
 
 # The spec folders put on sys.path by this process, each read by a _SpecFolderFinder.

@@ -159,3 +159,58 @@ def test_a_key_pasted_into_a_decisions_note_on_the_dashboard_is_not_stored(
     for t in c.app.state.resumes:  # type: ignore[attr-defined]  (the resume it started)
         t.join(60)
     assert _key_pieces_in(store) == []
+
+
+def test_a_key_pasted_into_a_settled_result_is_not_stored(
+    run: tuple[Path, str], tmp_path: Path
+) -> None:
+    """review53c: ``loopwright settle`` writes a person's result and note into the run, as an
+    edit or a decision does (effects53b and secrets53b were merged side by side): it builds
+    the run's loop first too, so a key the loop's adapter reads is masked in them."""
+    db, run_id = run
+    with lw.Runtime(db) as rt:  # an effect left in doubt (as a crash inside it leaves one)
+        token = rt.store.acquire_lease(run_id, "test", 30.0)
+        data = {"name": "pay", "kind": "spend", "cause": "may have acted"}
+        rt.store.journal_put(
+            run_id, token, key="effect:pay:1", kind="effect", cycle=1, status="in_doubt", data=data
+        )
+        rt.store.release_lease(run_id, token)
+    _redact.reset()
+    result = json.dumps({"bank": PASTED})
+    args = ("settle", run_id, "pay", "--done", "--result", result, "--note", PASTED)
+    done = cli(*args, "--by", "ann", cwd=tmp_path, store=db)
+    assert done.returncode == 0, done.stderr
+    assert _stored_in_clear(db) == []
+    with lw.Runtime(db) as rt:
+        [entry] = rt.store.journal(run_id, kind="effect")
+        assert entry.data["result"] == {"bank": "key *** again *** proxy ***"}
+
+
+def test_a_refused_person_makes_the_dashboard_build_no_loop(run: tuple[Path, str]) -> None:
+    """review53c: the dashboard built the run's loop from its spec file (its modules imported,
+    its adapters made) for every edit or decision posted, before the engine checked who asked:
+    a viewer's refused request ran the loop's import-time code in the server. It is built for
+    one who may make it only (the engine still checks and audits the request itself)."""
+    import time
+
+    from loopwright._authority import hash_token
+
+    db, run_id = run
+    tokens = {"root": "tok-root-0123456789", "vic": "tok-vic-0123456789"}
+    with lw.Runtime(db) as rt:
+        for name, roles in (("root", ["admin"]), ("vic", ["viewer"])):
+            rt.store.add_user(name, roles=roles, limits={}, by="test", now=time.time())
+            rt.store.set_token(name, hash_token(tokens[name]), now=time.time())
+        pause = rt.pause(run_id, by="root")
+    _redact.reset()
+    c = TestClient(create_app(str(db), token=TOKEN, identity="server"), base_url=LOCAL)
+    vic = {"Authorization": f"Bearer {tokens['vic']}"}
+    r = c.post(f"/api/runs/{run_id}/parts/doc/a", json={"value": "x"}, headers=vic)
+    assert r.status_code == 403, r.text
+    r = c.post(f"/api/approvals/{pause.approval_id}/approve", json={}, headers=vic)
+    assert r.status_code == 403, r.text
+    assert _redact.registry_state()[0] == frozenset()  # nothing of the loop's was built
+    root = {"Authorization": f"Bearer {tokens['root']}"}
+    r = c.post(f"/api/runs/{run_id}/parts/doc/a", json={"value": PASTED}, headers=root)
+    assert r.status_code == 200, r.text
+    assert _stored_in_clear(db) == []

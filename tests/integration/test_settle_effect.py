@@ -148,3 +148,24 @@ def test_the_rollback_after_settling_done_says_the_redo_reuses_it(url: str) -> N
         assert "runs it again" not in item and "reuses" in item, item
         assert rt.resume_sync(a.run_id, _run_scoped(charges, False)).status == "accepted"
     assert charges == ["I7"]
+
+
+def test_a_settled_result_is_strict_json(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """review53c: the result a person gives is stored as given or refused, as an edit's value
+    is (``check_value``): a NaN was written as null and a set as its text, silently, and a
+    result nested deeper than the stores write failed `loopwright settle` with an internal
+    error (exit 1) instead of one line and exit 2. Nothing is settled by a refused one."""
+    charges: list[str] = []
+    with lw.Runtime(url) as rt:
+        run_id = _doubted(rt, charges)
+        for bad in ({"x": float("nan")}, {"s": {1, 2}}, {1: "a"}):
+            with pytest.raises(lw.ConfigError, match="result"):
+                rt.settle_effect(run_id, "pay:I6", done=True, by="ops", result=bad)
+    deep = "[" * 400 + "]" * 400
+    args = ["settle", run_id, "pay:I6", "--done", "--result", deep, "--by", "ops"]
+    assert main([*args, "--store", url]) == 2
+    err = capsys.readouterr().err
+    assert "--result" in err and "internal error" not in err, err
+    with lw.Runtime(url) as rt:
+        [entry] = rt.store.journal(run_id, kind="effect")
+        assert entry.status == "in_doubt"

@@ -517,6 +517,7 @@ def settle(
     it again). Then roll the run back to before its cycle and resume it."""
     from .._engine import Runtime
     from .._json import strict_loads
+    from .._spec import register_run_secrets
     from ._people_cmd import acting_as
     from ._render import say
 
@@ -533,7 +534,8 @@ def settle(
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
         who = acting_as(rt.store, by, token, action="settle_effect", target=f"run {rec.run_id}")
-        with as_options(by="--by", note="--note", key="KEY", done="--done"):
+        register_run_secrets(rec)  # the loop's keys masked in the result and the note
+        with as_options(by="--by", note="--note", key="KEY", done="--done", result="--result"):
             got = rt.settle_effect(
                 rec.run_id, key, done=done, by=who, note=note, result=value, origin="cli"
             )

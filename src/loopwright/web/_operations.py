@@ -77,7 +77,10 @@ def decide(
     rt = Runtime(store)
     by, where = auth.who(request), origin_of(request)
     try:
-        register_run_secrets(store.get_run(a.run_id))  # the loop's keys masked in note, answer
+        # the loop's keys masked in the note and the answer: its spec built (user code
+        # imported) for one who may decide only (review53c: a viewer's refused one built it)
+        if permitted_unrecorded(store, by, how, a.run_id, where, "decide"):
+            register_run_secrets(store.get_run(a.run_id))
         if how == "approve":
             done = rt.approve(a.run_id, by=by, note=note, approval_id=a.approval_id, origin=where)
         elif how == "deny":
@@ -118,12 +121,14 @@ def refused_decision(
           origin=origin_of(request), reason=why)  # fmt: skip
 
 
-def permitted_unrecorded(store: Store, by: str, action: str, run_id: str, where: str) -> bool:
-    """Whether ``by`` may do ``action`` on the run, asked without recording anything (the
-    action itself is checked and audited where it is done). Not ``_authority.may_operate``,
-    which refuses (raising, audited) and answers who acts."""
+def permitted_unrecorded(
+    store: Store, by: str, action: str, run_id: str, where: str, permission: str = "operate"
+) -> bool:
+    """Whether ``by`` may do ``action`` on the run (``permission``), asked without recording
+    anything (the action itself is checked and audited where it is done). Not
+    ``_authority.may_operate``, which refuses (raising, audited) and answers who acts."""
     try:
-        require(store, by, "operate", action=action, target=f"run {run_id}", origin=where,
+        require(store, by, permission, action=action, target=f"run {run_id}", origin=where,
                 record=False)  # fmt: skip
     except NotPermittedError:
         return False
@@ -260,8 +265,10 @@ def edit_part(
         ctx.room_to_resume(by, origin_of(request), run_id, "resume")
     try:
         # the loop's API keys and URL credentials masked in the value, as in an actor's edit
-        # (its spec built once per spec file as it is; a run without one: what is registered)
-        register_run_secrets(store.get_run(run_id))
+        # (its spec built once per spec file as it is; a run without one: what is registered),
+        # for one who may edit only (review53c: a viewer's refused edit built it)
+        if permitted_unrecorded(store, by, "edit", run_id, origin_of(request)):
+            register_run_secrets(store.get_run(run_id))
         # (and why a resume will not judge the edit, as the edit found it)
         done, blocked = Runtime(store)._edit(
             run_id,
