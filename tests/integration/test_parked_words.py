@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import re
 
+from doc_loop import TASK
 from fastapi.testclient import TestClient
+from test_engine_core import make_loop
 from test_pause_audit import _people, _runs, _tok
 from test_pause_surface import LOCAL, SERVER, _parked_on_risk, _sign_in
 
@@ -80,3 +82,24 @@ def test_the_run_page_tells_who_may_not_decide_what_they_can_do(url: str) -> Non
         rec, TaskState(), approvals, may_decide=True, blocked={req.approval_id}, who="sp"
     )
     assert "sp may deny it, not approve it" in limited, limited
+
+
+def test_the_run_page_says_a_question_is_answered_not_approved(url: str) -> None:
+    """A run parked on a question: the page said "approve or deny it", while the question's
+    card offers Answer (and Decline), as `loopwright answer` does (polish53)."""
+
+    def asking(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(question=lw.Question("which tone?"))
+
+    with lw.Runtime(url) as rt:
+        rid = rt.run_sync(make_loop(asking), TASK, task_key="asked").run_id
+        assert rt.store.get_run(rid).status == "awaiting_approval"
+    nobody = _next_action(create_app(url, token=SERVER), rid, None)
+    assert "to answer it" in nobody and "approve or deny" not in nobody, nobody
+    _people(url)
+    app = create_app(url, token=SERVER)
+    said = _next_action(app, rid, _tok("ap"))
+    assert said.startswith("Answer the question below"), said
+    assert "approve or deny" not in said, said
+    viewer = _next_action(app, rid, _tok("rd"))
+    assert "an approver answers it; rd may not" in viewer, viewer

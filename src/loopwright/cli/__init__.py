@@ -253,7 +253,7 @@ def _clip(text: str) -> str:
     return re.sub(rf"\S{{{ECHO_MAX * 2 + 1},}}", cut, text)
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException | str) -> str:
     """The message on one line, secrets masked: a driver's error text can span several
     (PostgreSQL adds the statement and a caret under it), and a mistake is reported in one
     line."""

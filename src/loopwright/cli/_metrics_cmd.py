@@ -98,14 +98,36 @@ def _fmt(name: str, v: float | None) -> str:
     if name.endswith("per_usd"):
         return f"{v:,.3f} /$"
     if name.endswith("_usd"):
-        return f"${v:,.4f}" if abs(v) < 1 else f"${v:,.2f}"
+        return _usd(v)
     if name.endswith("_s"):
         return f"{v:,.2f} s"
     return f"{v:.3f}"
 
 
+def _usd(v: float) -> str:
+    return f"${v:,.4f}" if abs(v) < 1 else f"${v:,.2f}"
+
+
 def _num(x: float) -> str:
     return f"{x:,.4f}".rstrip("0").rstrip(".") if x != int(x) else f"{int(x):,}"
+
+
+# the basis's dollar figures (numerator, denominator), as the values show dollars: a spend of
+# "681.9129 / 28" beside whole counts read as another unit; `--json` keeps full precision
+_USD_BASIS = {
+    "cost_per_accepted_usd": (True, False),
+    "human_review_cost_per_accepted_usd": (True, False),
+    "spend_after_last_improvement_frac": (True, True),
+    "progress_per_usd": (False, True),
+}
+
+
+def _basis(name: str, num: float, den: float) -> str:
+    """A metric's ``numerator / denominator`` in the units of each: dollars as values show
+    them, seconds to 2 decimals, counts whole (a progress sum to 4 decimals at most)."""
+    usd = _USD_BASIS.get(name, (False, False))
+    top = _usd(num) if usd[0] else f"{num:,.2f} s" if name.endswith("_s") else _num(num)
+    return f"{top} / {_usd(den) if usd[1] else _num(den)}"
 
 
 def _when(ts: float) -> str:
@@ -137,7 +159,7 @@ def _table(m: Metrics, *, width: int) -> object:
     cells = []
     for name in names:
         num_den = m.basis.get(name)
-        basis = f"{_num(num_den[0])} / {_num(num_den[1])}" if num_den else ""
+        basis = _basis(name, *num_den) if num_den else ""
         cells.append((name, _fmt(name, m.value(name)), basis))
     notes = [f"{n} is n/a: {escape(m.undefined[n])}" for n in names if n in m.undefined]
     hint = "definitions: docs/metrics.md (or a terminal of 110 columns or more)"

@@ -15,7 +15,7 @@ from ._stores import existing_store
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .._engine import RunResult
+    from .._engine import RunResult, Runtime
     from .._loop import Loop
     from ..store import RunRecord, Store
 
@@ -111,6 +111,7 @@ def resume(
                 res = run_async(rt.resume(rec.run_id, loop))
             except ConflictError as exc:
                 if run_id is not None:
+                    _held_elsewhere(rt, rec, exc)
                     raise
                 say(f"skipped {rec.run_id[:12]}: {exc}", out=out, style="yellow")
                 skipped.append(f"{rec.run_id[:12]} ({rec.task_key})")
@@ -134,6 +135,17 @@ def resume(
             field="--all",
         )
     raise typer.Exit(code)
+
+
+def _held_elsewhere(rt: Runtime, rec: RunRecord, exc: ConflictError) -> None:
+    """Raise ``exc`` with what to do when another executor (a worker) holds the run's lease:
+    its id and lease time alone left the person asking what next."""
+    held = rt.store.get_run(rec.run_id).lease_owner
+    if held is not None and held != rt.owner:
+        raise ConflictError(
+            f"{exc}; a worker is driving it: follow it with "
+            f"`loopwright show {rec.run_id[:12]}{store_flag()}` (or `Runtime.events`)"
+        ) from exc
 
 
 def _forks_left(forks: list[RunRecord], out: Console) -> None:

@@ -115,6 +115,10 @@ def worker(
             )
             return
         say(f"run {r.run_id[:12]} ({r.task_key}): {r.status} ({r.stop_reason or '-'})", out=out)
+        # why, as `show` says it ("escalated (escalated)" told no one why): masked, one line
+        cause = str((r.packet or {}).get("stop_cause") or "")
+        if cause:
+            say(f"  why it stopped: {_one_line(cause)}", out=out)
 
     def skipped(run_id: str, why: LoopwrightError) -> None:
         # as `resume --all` says it: the count at the end told no one why

@@ -287,14 +287,22 @@ def next_action_here(
             )
         return "The run is paused: Unpause it below to go on, or cancel it (signed in)."
     if pending:
-        said = "Decide the request below: approve or deny it (you must be signed in)."
+        # a question is answered (or declined), not approved: its card's buttons say so
+        asked = all(a.kind == "question" for a in pending if a.kind != PAUSE)
+        said = (
+            "Answer the question below, or decline it (you must be signed in)."
+            if asked
+            else "Decide the request below: approve or deny it (you must be signed in)."
+        )
         if may_decide is False:  # the page offers them no Approve or Deny
             said = (
-                "The run waits for a person to decide the request below: an approver approves "
-                f"or denies it; {who} may not (that needs the approver role)."
+                "The run waits for a person to decide the request below: an approver "
+                + ("answers it" if asked else "approves or denies it")
+                + f"; {who} may not (that needs the approver role)."
                 if who
                 else "The run waits for a person to decide the request below: sign in (as an "
-                "approver, where the store has users) to approve or deny it."
+                "approver, where the store has users) to "
+                + ("answer it." if asked else "approve or deny it.")
             )
         elif blocked and all(a.approval_id in blocked for a in pending if a.kind != PAUSE):
             said = (
