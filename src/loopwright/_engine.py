@@ -419,34 +419,12 @@ class Runtime(
             raise
         finally:
             self._active -= 1
-            if self._active == 0:
-                self._recall_group = None  # nothing waits on it any more: hold no event loop
-            if self._active == 0 and self._group is not None:
-                group, self._group = self._group, None
-                with contextlib.suppress(Exception):
-                    await group.close()
-            beat.cancel()
-            with contextlib.suppress(BaseException):
-                await beat
-            try:
-                if ex.seq > opened and (ex.lost or alive is not None):
-                    why = LEASE_LOST if ex.lost else str(alive)
-                    await written(self.store, _said_alive, self.store, ex, why)
-                if not ex.lost:
-                    with contextlib.suppress(Exception):
-                        if self.store.concurrent_writers:
-                            # (from a thread: a release waiting on the run's row lock held
-                            # every run of the event loop; evloop53)
-                            await in_store_thread(self.store.release_lease, ex.run_id, ex.token)
-                        else:
-                            self.store.release_lease(ex.run_id, ex.token)
-                        answered = True
-            finally:
-                # (once its lease is handed back)
-                self._driving[rec.run_id] -= 1
-                if self._driving[rec.run_id] <= 0:
-                    del self._driving[rec.run_id]
-        # A store failure leaves the run as its last durable checkpoint has it; its lease
+            # Wound down to its lease's release even if cancelled again meanwhile (a second
+            # Ctrl-C, ``asyncio.run``'s teardown cancelling what a ``gather`` left): cancelled
+            # there, the release was skipped and the run shown running until its lease expired
+            # (crash53b). The cancellation is raised once it is done.
+            answered = await _uncancelled(self._wind_down(ex, rec, beat, opened, alive))
+        # A store failure leaves the run as its last durable checkpoint has it; its lease        # A store failure leaves the run as its last durable checkpoint has it; its lease
         # expires (or was handed back) and any worker, or `resume`, goes on. Unless the commit
         # that failed ended (or parked) it, durable with its answer lost: then the run ended
         # here and its result is returned (pg52: a worker counted it interrupted, "resume it",
@@ -458,6 +436,47 @@ class Runtime(
                 f"it when the store is back (loopwright resume {rec.run_id})"
             ) from unavailable
         return self.result(rec.run_id)
+
+    async def _wind_down(
+        self, ex: _Exec, rec: RunRecord, beat: asyncio.Task[None], opened: int, alive: str | None
+    ) -> bool:
+        """``resume``'s end: its commits settled, its heartbeat stopped, its stop said, its
+        lease handed back; whether the store took the lease back."""
+        answered = False
+        try:
+            if self._active == 0:
+                self._recall_group = None  # nothing waits on it any more: hold no event loop
+            if self._active == 0 and self._group is not None:
+                group, self._group = self._group, None
+                with contextlib.suppress(Exception):
+                    await group.close()
+            elif self._group is not None:
+                # Other runs go on: this run's commits queued (one cancelled at its
+                # durability point stays queued) are written, or refused, before its lease
+                # is handed back, not after it by the committer (crash53b).
+                with contextlib.suppress(Exception):
+                    await self._group.settle(ex.run_id)
+            beat.cancel()
+            with contextlib.suppress(BaseException):
+                await beat
+            if ex.seq > opened and (ex.lost or alive is not None):
+                why = LEASE_LOST if ex.lost else str(alive)
+                await written(self.store, _said_alive, self.store, ex, why)
+            if not ex.lost:
+                with contextlib.suppress(Exception):
+                    if self.store.concurrent_writers:
+                        # (from a thread: a release waiting on the run's row lock held
+                        # every run of the event loop; evloop53)
+                        await in_store_thread(self.store.release_lease, ex.run_id, ex.token)
+                    else:
+                        self.store.release_lease(ex.run_id, ex.token)
+                    answered = True
+        finally:
+            # (once its lease is handed back)
+            self._driving[rec.run_id] -= 1
+            if self._driving[rec.run_id] <= 0:
+                del self._driving[rec.run_id]
+        return answered
 
     def resume_sync(self, run_id: str, loop: Loop) -> RunResult:
         return _sync(self.resume(run_id, loop))
@@ -718,6 +737,24 @@ class Runtime(
             if await (self._check_edit(ex) if check else self._cycle(ex)):
                 return
             reflect = decided = True
+
+
+async def _uncancelled(coro: Coroutine[Any, Any, _T]) -> _T:
+    """``coro``'s result, ``coro`` run to its end in a task of its own even when the caller is
+    cancelled (again) meanwhile; that cancellation is raised once it has ended."""
+    task = asyncio.ensure_future(coro)
+    cancelled = False
+    while True:
+        try:
+            out = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():
+                raise  # (its own cancellation)
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return out
 
 
 def _said_alive(store: Store, ex: _Exec, why: str) -> None:
