@@ -58,7 +58,7 @@ from ._resume_ready import LEASE_LOST, Resuming, crash_bound, crash_cause, crash
 from ._run_create import Creating
 from ._settle import Settling
 from ._store_folder import missing_schema_error, missing_store_folder
-from ._store_threads import in_store_thread, written
+from ._store_threads import in_store_thread, uncancelled, written
 from ._task_parts import say_ignored
 from ._usage import Usage
 from .store import DEFAULT_STORE, NewEvent, RunRecord, Store, open_store, resolve_store_url
@@ -423,7 +423,7 @@ class Runtime(
             # Ctrl-C, ``asyncio.run``'s teardown cancelling what a ``gather`` left): cancelled
             # there, the release was skipped and the run shown running until its lease expired
             # (crash53b). The cancellation is raised once it is done.
-            answered = await _uncancelled(self._wind_down(ex, rec, beat, opened, alive))
+            answered = await uncancelled(self._wind_down(ex, rec, beat, opened, alive))
         # A store failure leaves the run as its last durable checkpoint has it; its lease        # A store failure leaves the run as its last durable checkpoint has it; its lease
         # expires (or was handed back) and any worker, or `resume`, goes on. Unless the commit
         # that failed ended (or parked) it, durable with its answer lost: then the run ended
@@ -737,24 +737,6 @@ class Runtime(
             if await (self._check_edit(ex) if check else self._cycle(ex)):
                 return
             reflect = decided = True
-
-
-async def _uncancelled(coro: Coroutine[Any, Any, _T]) -> _T:
-    """``coro``'s result, ``coro`` run to its end in a task of its own even when the caller is
-    cancelled (again) meanwhile; that cancellation is raised once it has ended."""
-    task = asyncio.ensure_future(coro)
-    cancelled = False
-    while True:
-        try:
-            out = await asyncio.shield(task)
-            break
-        except asyncio.CancelledError:
-            if task.done():
-                raise  # (its own cancellation)
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-    return out
 
 
 def _said_alive(store: Store, ex: _Exec, why: str) -> None:
