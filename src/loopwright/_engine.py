@@ -58,7 +58,7 @@ from ._resume_ready import LEASE_LOST, Resuming, crash_bound, crash_cause, crash
 from ._run_create import Creating
 from ._settle import Settling
 from ._store_folder import missing_schema_error, missing_store_folder
-from ._store_threads import in_store_thread, uncancelled, written
+from ._store_threads import in_store_thread, written
 from ._task_parts import say_ignored
 from ._usage import Usage
 from .store import DEFAULT_STORE, NewEvent, RunRecord, Store, open_store, resolve_store_url
@@ -422,8 +422,14 @@ class Runtime(
             # Wound down to its lease's release even if cancelled again meanwhile (a second
             # Ctrl-C, ``asyncio.run``'s teardown cancelling what a ``gather`` left): cancelled
             # there, the release was skipped and the run shown running until its lease expired
-            # (crash53b). The cancellation is raised once it is done.
-            answered = await uncancelled(self._wind_down(ex, rec, beat, opened, alive))
+            # (crash53b). The cancellation is raised once it is done (``_wind_down``).
+            try:
+                answered = await self._wind_down(ex, beat, opened, alive)
+            finally:
+                # (once its lease is handed back)
+                self._driving[rec.run_id] -= 1
+                if self._driving[rec.run_id] <= 0:
+                    del self._driving[rec.run_id]
         # A store failure leaves the run as its last durable checkpoint has it; its lease        # A store failure leaves the run as its last durable checkpoint has it; its lease
         # expires (or was handed back) and any worker, or `resume`, goes on. Unless the commit
         # that failed ended (or parked) it, durable with its answer lost: then the run ended
@@ -438,44 +444,56 @@ class Runtime(
         return self.result(rec.run_id)
 
     async def _wind_down(
-        self, ex: _Exec, rec: RunRecord, beat: asyncio.Task[None], opened: int, alive: str | None
+        self, ex: _Exec, beat: asyncio.Task[None], opened: int, alive: str | None
     ) -> bool:
         """``resume``'s end: its commits settled, its heartbeat stopped, its stop said, its
         lease handed back; whether the store took the lease back."""
+        # Cancelled (again) meanwhile, each step is still taken, the release last, and the
+        # cancellation raised at the end. Here, in the run's task: a task of its own was
+        # cancelled before its first step by ``asyncio.run``'s teardown, and never ran.
+        cancelled = False
         answered = False
         try:
             if self._active == 0:
-                self._recall_group = None  # nothing waits on it any more: hold no event loop
+                self._recall_group = None  # nothing waits on it any more: no event loop
             if self._active == 0 and self._group is not None:
                 group, self._group = self._group, None
                 with contextlib.suppress(Exception):
                     await group.close()
             elif self._group is not None:
                 # Other runs go on: this run's commits queued (one cancelled at its
-                # durability point stays queued) are written, or refused, before its lease
-                # is handed back, not after it by the committer (crash53b).
+                # durability point stays queued) are written, or refused, before its
+                # lease is handed back, not after it by the committer (crash53b).
                 with contextlib.suppress(Exception):
                     await self._group.settle(ex.run_id)
-            beat.cancel()
-            with contextlib.suppress(BaseException):
-                await beat
+        except asyncio.CancelledError:
+            cancelled = True
+        beat.cancel()
+        try:
+            await asyncio.wait([beat])  # (its outcome not raised; a cancellation of this is)
+        except asyncio.CancelledError:
+            cancelled = True
+        try:
             if ex.seq > opened and (ex.lost or alive is not None):
                 why = LEASE_LOST if ex.lost else str(alive)
                 await written(self.store, _said_alive, self.store, ex, why)
-            if not ex.lost:
-                with contextlib.suppress(Exception):
-                    if self.store.concurrent_writers:
+        except asyncio.CancelledError:
+            cancelled = True
+        if not ex.lost:
+            with contextlib.suppress(Exception):
+                try:
+                    if self.store.concurrent_writers and not cancelled:
                         # (from a thread: a release waiting on the run's row lock held
                         # every run of the event loop; evloop53)
                         await in_store_thread(self.store.release_lease, ex.run_id, ex.token)
-                    else:
+                    else:  # (cancelled: here, where no cancellation reaches it)
                         self.store.release_lease(ex.run_id, ex.token)
-                    answered = True
-        finally:
-            # (once its lease is handed back)
-            self._driving[rec.run_id] -= 1
-            if self._driving[rec.run_id] <= 0:
-                del self._driving[rec.run_id]
+                except asyncio.CancelledError:
+                    cancelled = True
+                    self.store.release_lease(ex.run_id, ex.token)  # (fenced: once)
+                answered = True
+        if cancelled:
+            raise asyncio.CancelledError
         return answered
 
     def resume_sync(self, run_id: str, loop: Loop) -> RunResult:

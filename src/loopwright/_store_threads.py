@@ -54,8 +54,9 @@ async def written(store: Store, fn: Callable[..., _T], /, *args: Any, **kw: Any)
 async def uncancelled(coro: Awaitable[_T]) -> _T:
     """``coro``'s result, ``coro`` run to its end in a task of its own even when the caller is
     cancelled meanwhile (again, maybe): a write in a store thread, which no cancellation stops,
-    is known to have ended, and a winding down is not cut short. A cancellation that came
-    meanwhile is raised once it has ended (its outcome, an error, then lost)."""
+    is known to have ended or not. A cancellation of the caller that came meanwhile is raised
+    once it has ended (its outcome, an error, then lost); the task itself cancelled (every
+    task, by ``asyncio.run``'s teardown), its cancellation is raised."""
     task = asyncio.ensure_future(coro)
     cancelled = False
     while True:

@@ -137,14 +137,18 @@ def test_a_run_cancelled_again_as_it_winds_down_still_hands_its_lease_back(
     ``asyncio.run``'s teardown cancels what a ``gather`` left): its lease is handed back all
     the same, and the second cancellation is raised out of it."""
     runs: list[asyncio.Task[Any]] = []
+    main: list[asyncio.Task[Any] | None] = []
     close = _group.GroupCommitter.close
     again: list[bool] = []
 
     async def hooked_close(self: _group.GroupCommitter) -> None:
         if not again:
             again.append(True)
-            for t in runs:
-                t.cancel()  # cancelled again, in its winding down
+            # every task cancelled again, as ``asyncio.run``'s teardown cancels them: the
+            # runs, and whatever winds them down (this one)
+            for t in asyncio.all_tasks():
+                if t is not main[0]:
+                    t.cancel()
             await asyncio.sleep(0)  # (where the cancellation lands)
         await close(self)
 
@@ -152,6 +156,7 @@ def test_a_run_cancelled_again_as_it_winds_down_still_hands_its_lease_back(
     with lw.Runtime(store_url) as rt:
 
         async def go() -> None:
+            main.append(asyncio.current_task())
             gates = {k: asyncio.Event() for k in ("a", "b", "entered_a", "entered_b")}
             loop = _loop(gates)
             for key in ("a", "b"):  # (b starts while a drives: its commits are grouped)
