@@ -8,6 +8,7 @@ running it again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from ._exec import Execution, error_info, exc_text
 from ._json import str_keys
 from ._redact import redact, redact_text
 from ._retry import RetryPolicy
-from ._store_threads import written
+from ._store_threads import uncancelled, written
 from ._usage import Usage
 from .store import JournalEntry, NewEvent, Store
 
@@ -542,7 +543,21 @@ async def perform_effect(
             if limit is not None:
                 intent |= {"limit_s": limit, "clock_at": clock_at}
             try:
-                await put("intent", intent, attempts, "effect_started")
+                # Written to its end, then the cancellation taken (a store thread's write,
+                # which no cancellation stops, landed after it: crash53b)
+                writing = asyncio.ensure_future(put("intent", intent, attempts, "effect_started"))
+                await uncancelled(writing)
+            except asyncio.CancelledError:
+                if writing.cancelled() or writing.exception() is not None:
+                    raise  # (nothing written)
+                # Cancelled while its intent was written: the call was never started. The
+                # intent is withdrawn (its attempt not made), so that the run resumed calls
+                # it, not finds it in doubt; the withdrawal lost, it is found in doubt, as
+                # after a crash there, never called twice.
+                with contextlib.suppress(Exception):
+                    withdrawn = {"first_at": first_at, "next_at": 0.0, "withdrawn": True}
+                    await uncancelled(put("waiting", withdrawn, attempts - 1, "effect_withdrawn"))
+                raise
             except EffectKeyMoved as moved:
                 # another run took (and undid) the action since its claim was read: nothing
                 # was written; the next generation's key, never handed out

@@ -419,34 +419,18 @@ class Runtime(
             raise
         finally:
             self._active -= 1
-            if self._active == 0:
-                self._recall_group = None  # nothing waits on it any more: hold no event loop
-            if self._active == 0 and self._group is not None:
-                group, self._group = self._group, None
-                with contextlib.suppress(Exception):
-                    await group.close()
-            beat.cancel()
-            with contextlib.suppress(BaseException):
-                await beat
+            # Wound down to its lease's release even if cancelled again meanwhile (a second
+            # Ctrl-C, ``asyncio.run``'s teardown cancelling what a ``gather`` left): cancelled
+            # there, the release was skipped and the run shown running until its lease expired
+            # (crash53b). The cancellation is raised once it is done (``_wind_down``).
             try:
-                if ex.seq > opened and (ex.lost or alive is not None):
-                    why = LEASE_LOST if ex.lost else str(alive)
-                    await written(self.store, _said_alive, self.store, ex, why)
-                if not ex.lost:
-                    with contextlib.suppress(Exception):
-                        if self.store.concurrent_writers:
-                            # (from a thread: a release waiting on the run's row lock held
-                            # every run of the event loop; evloop53)
-                            await in_store_thread(self.store.release_lease, ex.run_id, ex.token)
-                        else:
-                            self.store.release_lease(ex.run_id, ex.token)
-                        answered = True
+                answered = await self._wind_down(ex, beat, opened, alive)
             finally:
                 # (once its lease is handed back)
                 self._driving[rec.run_id] -= 1
                 if self._driving[rec.run_id] <= 0:
                     del self._driving[rec.run_id]
-        # A store failure leaves the run as its last durable checkpoint has it; its lease
+        # A store failure leaves the run as its last durable checkpoint has it; its lease        # A store failure leaves the run as its last durable checkpoint has it; its lease
         # expires (or was handed back) and any worker, or `resume`, goes on. Unless the commit
         # that failed ended (or parked) it, durable with its answer lost: then the run ended
         # here and its result is returned (pg52: a worker counted it interrupted, "resume it",
@@ -458,6 +442,59 @@ class Runtime(
                 f"it when the store is back (loopwright resume {rec.run_id})"
             ) from unavailable
         return self.result(rec.run_id)
+
+    async def _wind_down(
+        self, ex: _Exec, beat: asyncio.Task[None], opened: int, alive: str | None
+    ) -> bool:
+        """``resume``'s end: its commits settled, its heartbeat stopped, its stop said, its
+        lease handed back; whether the store took the lease back."""
+        # Cancelled (again) meanwhile, each step is still taken, the release last, and the
+        # cancellation raised at the end. Here, in the run's task: a task of its own was
+        # cancelled before its first step by ``asyncio.run``'s teardown, and never ran.
+        cancelled = False
+        answered = False
+        try:
+            if self._active == 0:
+                self._recall_group = None  # nothing waits on it any more: no event loop
+            if self._active == 0 and self._group is not None:
+                group, self._group = self._group, None
+                with contextlib.suppress(Exception):
+                    await group.close()
+            elif self._group is not None:
+                # Other runs go on: this run's commits queued (one cancelled at its
+                # durability point stays queued) are written, or refused, before its
+                # lease is handed back, not after it by the committer (crash53b).
+                with contextlib.suppress(Exception):
+                    await self._group.settle(ex.run_id)
+        except asyncio.CancelledError:
+            cancelled = True
+        beat.cancel()
+        try:
+            await asyncio.wait([beat])  # (its outcome not raised; a cancellation of this is)
+        except asyncio.CancelledError:
+            cancelled = True
+        try:
+            if ex.seq > opened and (ex.lost or alive is not None):
+                why = LEASE_LOST if ex.lost else str(alive)
+                await written(self.store, _said_alive, self.store, ex, why)
+        except asyncio.CancelledError:
+            cancelled = True
+        if not ex.lost:
+            with contextlib.suppress(Exception):
+                try:
+                    if self.store.concurrent_writers and not cancelled:
+                        # (from a thread: a release waiting on the run's row lock held
+                        # every run of the event loop; evloop53)
+                        await in_store_thread(self.store.release_lease, ex.run_id, ex.token)
+                    else:  # (cancelled: here, where no cancellation reaches it)
+                        self.store.release_lease(ex.run_id, ex.token)
+                except asyncio.CancelledError:
+                    cancelled = True
+                    self.store.release_lease(ex.run_id, ex.token)  # (fenced: once)
+                answered = True
+        if cancelled:
+            raise asyncio.CancelledError
+        return answered
 
     def resume_sync(self, run_id: str, loop: Loop) -> RunResult:
         return _sync(self.resume(run_id, loop))

@@ -93,6 +93,8 @@ class GroupCommitter:
             batch, self._queue = self._queue, []
             if batch:
                 self._idle.clear()
+                runs = [req.run_id for req, _ in batch]
+                self._busy.update(runs)  # (``settle``: a run's batch being written)
                 # Written in a call of its own, so that nothing here holds the batch while the
                 # committer waits for the next: each request goes when its run has settled it,
                 # among the objects its next cycle makes. Held here until the next batch, a
@@ -103,7 +105,9 @@ class GroupCommitter:
                     await self._write(batch)
                 finally:
                     self._idle.set()
-                del batch
+                    self._busy.subtract(runs)
+                    self._busy = +self._busy  # (the runs ended: none left at 0)
+                del batch, runs
 
     def _start_batches(self) -> None:
         """The queued commits of runs with none being written, as batches written each in a
@@ -212,6 +216,33 @@ class GroupCommitter:
                 del self._failed[key]  # that checkpoint written again: the run goes on from it
             kept.append((req, fut))
         return kept
+
+    def holds(self, run_id: str) -> bool:
+        """Whether a commit of the run is queued or being written."""
+        return self._busy.get(run_id, 0) > 0 or any(r.run_id == run_id for r, _ in self._queue)
+
+    async def settle(self, run_id: str) -> None:
+        """Wait until none of the run's commits is queued or being written (each written, or
+        refused), neither raising their outcome nor cancelling them. A run's winding down
+        waits here before it hands its lease back: a commit of its queued when it was
+        cancelled (its future cancelled with it, the request still queued) was written after
+        the release, by the committer, while other runs went on (crash53b)."""
+        while self.holds(run_id):
+            if (self._task is None or self._task.done()) and not self._writing:
+                return  # (nothing would take them: not waited for ever)
+            waits: set[asyncio.Future[Any]] = set(self._writing)
+            waits |= {f for r, f in self._queue if r.run_id == run_id and not f.done()}
+            idle = None if self._idle.is_set() else self.loop.create_task(self._idle.wait())
+            if idle is not None:
+                waits.add(idle)
+            if not waits:  # queued, its future cancelled: the committer takes it within a turn
+                await asyncio.sleep(0)
+                continue
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if idle is not None:
+                    idle.cancel()
 
     async def close(self) -> None:
         """Wait for what is queued and being written, then stop the committer task. A queued

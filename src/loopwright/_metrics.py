@@ -177,8 +177,9 @@ class Metrics:
             ``effect_retry``, ``gave_up``, ``effect_failed`` or ``effect_in_doubt`` event, or a
             ``resumed`` event whose previous execution ended without handing the run over
             (no ``approval_requested``, ``approval_decided``, ``still_waiting``,
-            ``rolled_back`` or ``stopped`` event since its ``started``/``resumed``) — a crash,
-            a kill or a lost lease.
+            ``rolled_back`` or ``stopped`` event since its ``started``/``resumed``) and never
+            said, by its lease, that it stopped alive (``interrupted``: Ctrl-C, a lost lease;
+            ``drained``) — a crash or a kill, as ``budget.max_crashes`` counts them.
         approvals_per_accepted: approval requests of selected runs (any kind and outcome,
             pending included) / ``accepted``.
         approval_wait_s: mean of ``decided_at − requested_at`` over requests a person decided

@@ -15,6 +15,7 @@ from ._contract import TERMINAL_STATUSES
 from ._decide import record_no_attempt
 from ._errors import ConfigError, RunNotFoundError
 from ._inherited import fork_seq, inherited
+from ._resume_ready import _LEFT_ALIVE, _lease
 from .store import Approval, Checkpoint, Event, RunRecord, Store
 from .store._records import PAUSE
 
@@ -54,7 +55,8 @@ _STOP_GROUP = {
 #: Approval outcomes that a person decided (the others are expiry and cancellation).
 PERSON_DECISIONS = frozenset({"approved", "denied", "answered"})
 # An execution that ends with one of these handed the run over cleanly (parked, waiting,
-# rolled back, ended); a later ``resumed`` without one of them followed an interruption.
+# rolled back, ended); a later ``resumed`` without one of them followed a crash, unless the
+# execution said it stopped alive (``_RunFold.event``).
 _HANDOFF_EVENTS = frozenset(
     {"approval_requested", "approval_decided", "still_waiting", "rolled_back", "stopped", "paused"}
 )
@@ -382,6 +384,14 @@ class _RunFold:
         # events
         self.failures: Counter[str] = Counter()
         self.running = self.handed_off = False
+        # Crash resumes as the crash count reads them (``_resume_ready.crashes_at``): the
+        # executions (their leases) a ``resumed`` followed without a handoff, each a crash
+        # unless it said, by its lease, that it stopped alive (``interrupted``: Ctrl-C, the
+        # store failing, its lease lost; ``drained``), maybe late (a lost lease is said after
+        # its successor started). Judged once the whole log is read (``result``).
+        self.lease: int | None = None  # the lease of the execution whose events these are
+        self.left: list[int | None] = []  # (None: a log from before leases were named)
+        self.alive: set[int] = set()
         self.edits = 0
 
     def checkpoint(
@@ -450,10 +460,26 @@ class _RunFold:
                 self.failures[e.kind] += 1
         elif e.kind in ("started", "resumed"):
             if e.kind == "resumed" and self.running and not self.handed_off:
-                self.failures[CRASH_RESUME] += 1
+                self.left.append(self.lease)
             self.running, self.handed_off = True, False
+            self.lease = _lease(e)
         elif e.kind in _HANDOFF_EVENTS:
             self.handed_off = True
+        elif e.kind in _LEFT_ALIVE:
+            lease = _lease(e)
+            if lease is None:  # (written before leases were named: read as a handoff then)
+                self.handed_off = True
+            else:
+                self.alive.add(lease)
+
+    def _failures(self) -> dict[str, int]:
+        """The failures met, with a crash resume for each execution left without a handoff
+        that never said it stopped alive."""
+        out = dict(self.failures)
+        crashes = sum(1 for lease in self.left if lease is None or lease not in self.alive)
+        if crashes:
+            out[CRASH_RESUME] = crashes
+        return out
 
     def result(
         self,
@@ -498,7 +524,7 @@ class _RunFold:
             part_revisions=revisions,
             approvals=len(approvals),
             approval_waits_s=waits,
-            failures=dict(self.failures),
+            failures=self._failures(),
             context_cycles=self.context_cycles,
             context_reuse_cycles=self.reuse,
             workflow_reused=reused,

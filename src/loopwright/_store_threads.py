@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -90,6 +90,31 @@ async def written(store: Store, fn: Callable[..., _T], /, *args: Any, **kw: Any)
     if not store.concurrent_writers:
         return fn(*args, **kw)
     return await in_store_thread(functools.partial(fn, *args, **kw))
+
+
+async def uncancelled(coro: Awaitable[_T]) -> _T:
+    """``coro``'s result, ``coro`` run to its end in a task of its own even when the caller is
+    cancelled meanwhile (again, maybe): a write in a store thread, which no cancellation stops,
+    is known to have ended or not. A cancellation of the caller that came meanwhile is raised
+    once it has ended (its outcome, an error, then lost); the task itself cancelled (every
+    task, by ``asyncio.run``'s teardown), its cancellation is raised."""
+    task = asyncio.ensure_future(coro)
+    cancelled = False
+    while True:
+        try:
+            out = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.cancelled():
+                raise  # (its own cancellation)
+            cancelled = True  # (the caller's: it is waited for all the same)
+        except BaseException:
+            if cancelled:
+                raise asyncio.CancelledError from None
+            raise
+    if cancelled:
+        raise asyncio.CancelledError
+    return out
 
 
 if hasattr(os, "register_at_fork"):  # (not on Windows, which does not fork)

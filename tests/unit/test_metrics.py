@@ -366,6 +366,61 @@ def test_crash_resumes_are_resumes_after_an_execution_that_handed_nothing_over()
     assert m.recovered is True
 
 
+def _said(*items: tuple[str, dict[str, Any]]) -> list[Event]:
+    """Events with their data, in this order."""
+    return [Event(i, "r1", 0, k, float(i), d) for i, (k, d) in enumerate(items, start=1)]
+
+
+def _lease(n: int, **kw: Any) -> dict[str, Any]:
+    return {"lease": n, **kw}
+
+
+def test_an_execution_that_stopped_alive_is_no_crash_resume() -> None:
+    """As the crash count reads it (``crashes_at``, crash53b): an execution that said, by its
+    lease, that it stopped alive (Ctrl-C, a drain, its lease lost, said late) is no crash."""
+    evs = _said(
+        ("run_created", {}),
+        ("started", _lease(1)),
+        ("interrupted", _lease(1, why="KeyboardInterrupt")),  # Ctrl-C
+        ("resumed", _lease(2)),  # after lease 1, alive: no crash
+        ("drained", _lease(2)),  # a worker's drain
+        ("resumed", _lease(3)),  # after lease 2, alive: no crash
+        ("cycle_started", {}),
+        ("resumed", _lease(4)),  # 1: lease 3 said nothing (killed)
+        ("resumed", _lease(6)),  # taken over from lease 4 (frozen, not dead) ...
+        ("interrupted", _lease(4, why="lease lost")),  # ... which says so late: no crash
+        ("resumed", _lease(7)),  # 2: lease 6 said nothing
+        ("stopped", {}),
+    )
+    assert metrics_of(evs=evs).failures == {CRASH_RESUME: 2}
+    # a log from before leases were named: a resume after a silent execution is a crash, one
+    # after a drain a handoff
+    old = events("started", "resumed", "drained", "resumed", "stopped")
+    assert metrics_of(evs=old).failures == {CRASH_RESUME: 1}
+
+
+def test_recovery_success_rate_counts_no_interruption_as_a_failure() -> None:
+    alive = _said(
+        ("started", _lease(1)),
+        ("interrupted", _lease(1, why="CancelledError")),
+        ("resumed", _lease(2)),
+        ("drained", _lease(2)),
+        ("resumed", _lease(3)),
+        ("stopped", {}),
+    )
+    crashed = _said(("started", _lease(1)), ("resumed", _lease(2)), ("stopped", {}))
+    rows = [
+        metrics_of(run_row(run_id="a"), evs=alive),  # accepted, interrupted twice: no failure
+        metrics_of(run_row(run_id="b"), evs=crashed),  # accepted after a crash
+        metrics_of(run_row(run_id="c", status="stopped", stop_reason="no_progress"), evs=alive),
+    ]
+    assert [r.had_failure for r in rows] == [False, True, False]
+    m = summarize(rows)
+    # by hand: runs with a failure: b; of those accepted: b -> 1/1; b of the 3 runs
+    assert m.recovery_success_rate == pytest.approx(1 / 1)
+    assert m.exception_rate == pytest.approx(1 / 3)
+
+
 def test_a_clean_run_has_no_failures() -> None:
     m = metrics_of(evs=events("run_created", "started", "decision", "stopped"))
     assert m.failures == {}

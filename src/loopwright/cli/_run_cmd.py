@@ -241,7 +241,15 @@ def _execute(
                             held[run_id] = result.task_key
                         return result
 
-            return list(await asyncio.gather(*(one(r) for r in run_ids)))
+            # Every run waited for, each wound down (its lease handed back) before an error of
+            # one is raised: without ``return_exceptions``, the first to raise (a cancellation
+            # included) ended the gather, and ``asyncio.run``'s teardown cancelled the others
+            # in their winding down (crash53b).
+            done = await asyncio.gather(*(one(r) for r in run_ids), return_exceptions=True)
+            for r in done:
+                if isinstance(r, BaseException):
+                    raise r
+            return [r for r in done if not isinstance(r, BaseException)]
 
         with Live(view.render(), console=out, refresh_per_second=8, transient=False) as live:
             view.live = live

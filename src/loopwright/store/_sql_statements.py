@@ -387,8 +387,12 @@ class CoreStatements:
     def update_run(self, names: tuple[str, ...], returning: bool) -> str:
         """A commit's ``UPDATE runs`` for these columns, fenced by the token; its parameters
         are ``(*values, now, run_id, token)``."""
+        # The lease's expiry only while it is held (an owner): a commit written after its
+        # lease was handed back (a group commit landing late) set an expiry nobody held, the
+        # run then shown running to it (crash53b). (The right side reads the row as it was.)
+        expiry = f"CASE WHEN lease_owner IS NULL THEN NULL ELSE {self.expires} END"
         assignments = ", ".join(
-            f"{k}={self.expires}" if k == "lease_expires_at" else f"{k}=?" for k in names
+            f"{k}={expiry}" if k == "lease_expires_at" else f"{k}=?" for k in names
         )
         return self.p(
             f"UPDATE runs SET {assignments}, updated_at=? WHERE run_id=? AND fencing_token=?"

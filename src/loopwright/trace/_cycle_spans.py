@@ -407,8 +407,9 @@ def effect_spans(parent: Span, items: Iterable[tuple[int, Event]]) -> list[Span]
                 "gen_ai.tool.name": name,
                 "gen_ai.tool.call.id": key,
                 "loopwright.effect.key": key,
+                # (an attempt withdrawn, its call never started, is none: crash53b)
                 "loopwright.effect.attempts": sum(
-                    1 for _, ev in evs if ev.kind == "effect_started"
+                    (ev.kind == "effect_started") - (ev.kind == "effect_withdrawn") for _, ev in evs
                 ),
             },
             incomplete=final is None,

@@ -51,6 +51,7 @@ IN_CYCLE_KINDS = frozenset(
         "retry",
         "gave_up",
         "effect_started",
+        "effect_withdrawn",
         "effect_retry",
         "effect_grace",
         "effect_args_differ",
