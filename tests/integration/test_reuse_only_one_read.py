@@ -23,7 +23,7 @@ from test_approval_card_done_already import _loop
 from test_approved_reuse_at_effect import _b_approved_as_reuse, _not_paid_again, _refund
 
 import loopwright as lw
-from loopwright import _conclude
+from loopwright import _effect_run
 
 
 def test_a_reuse_refunded_right_after_its_check_is_not_paid(
@@ -35,7 +35,7 @@ def test_a_reuse_refunded_right_after_its_check_is_not_paid(
         a, b = _b_approved_as_reuse(rt, loop, paid)
         inside: list[bool] = []  # the effect's perform_effect is running
         read: list[Any] = []  # what its first read of the claim found
-        real_perform, real_claim = _conclude.perform_effect, rt.store.effect_claim
+        real_perform, real_claim = _effect_run.perform_effect, rt.store.effect_claim
 
         async def performing(*args: Any, **kw: Any) -> Any:
             inside.append(True)
@@ -53,7 +53,9 @@ def test_a_reuse_refunded_right_after_its_check_is_not_paid(
                     pool.submit(_refund, url, a, loop).result()
             return claim
 
-        monkeypatch.setattr(_conclude, "perform_effect", performing)
+        monkeypatch.setattr(
+            _effect_run, "perform_effect", performing
+        )  # (_conclude imports it when used)
         monkeypatch.setattr(rt.store, "effect_claim", claim_then_refund)
         rt.resume_sync(b, loop)
         [claim] = read
