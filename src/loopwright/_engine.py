@@ -62,6 +62,7 @@ from ._store_threads import in_store_thread, written
 from ._task_parts import say_ignored
 from ._usage import Usage
 from .store import DEFAULT_STORE, NewEvent, RunRecord, Store, open_store, resolve_store_url
+from .store._protocol_commit import RowLocked
 
 __all__ = ["HELD_OUT_KEY", "RunResult", "Runtime"]
 
@@ -765,8 +766,9 @@ def _said_alive(store: Store, ex: _Exec, why: str) -> None:
     one write of a fenced-out executor, its own word and no state, and only to a run still
     open (an ended one is resumed no more: its log stays as its last executor left it). Not
     said when the store still fails: the run then counts it as a crash, as a process that
-    died."""
-    with contextlib.suppress(Exception):
+    died. Refused on its run's row held by another session (``RowLocked``, from a store
+    thread): raised, so that it is tried again once the lock goes, not dropped."""
+    try:
         now = store.get_run(ex.run_id)
         if now.fencing_token != ex.token or now.lease_owner is None:
             # taken over meanwhile (a process frozen while its store failed it, too): late
@@ -775,6 +777,10 @@ def _said_alive(store: Store, ex: _Exec, why: str) -> None:
             why = LEASE_LOST
         event = NewEvent(ex.state.cycle, "interrupted", {"lease": ex.token, "why": why})
         store.append_events(ex.run_id, [event])
+    except RowLocked:
+        raise  # (nothing of it written: ``in_store_thread`` tries it again)
+    except Exception:
+        return
 
 
 def _refuse_missing_folder(store: str | None) -> None:

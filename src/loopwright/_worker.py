@@ -277,10 +277,15 @@ class Worker:
     def _expire_batch(self) -> StoreError | None:
         """``_expire_due``'s writes: the store's failure, if it failed (counted on the loop)."""
         store = self.runtime.store
+        held: set[str] = set()  # runs whose row another session holds: the next poll's
         try:
             for req in store.expired_requests(limit=EXPIRE_BATCH):
-                with contextlib.suppress(RowLocked):  # (its run's row held: the next poll)
+                if req.run_id in held:
+                    continue  # (one lock wait a run a poll, not one a request)
+                try:
                     expire(store, req)
+                except RowLocked:
+                    held.add(req.run_id)
         except StoreError as exc:
             return exc
         return None

@@ -174,3 +174,108 @@ def test_a_worker_goes_on_while_an_expired_requests_run_is_held_elsewhere(
             asyncio.run(Worker(rt, loops=loops, poll_s=0.001).run(once=True))
         assert rt.store.get_run(p.run_id).status == "escalated"
         assert bank.executed == []
+
+
+def test_interrupted_word_waits_out_a_row_lock(pg_url: str, pg_schema: tuple[str, str]) -> None:
+    """An execution that stops alive says so (``interrupted``, ``_said_alive``) from a store
+    thread. Refused on its run's row held by another session (``RowLocked``), the word is tried
+    again once the lock goes: swallowed there, it was never written, and resuming the run
+    counted a crash of it (``crashes_at``)."""
+    import functools
+    from types import SimpleNamespace
+
+    import psycopg
+
+    from loopwright._engine import _said_alive
+    from loopwright._store_threads import in_store_thread
+    from loopwright.store import open_store
+
+    base, schema = pg_schema
+    store = open_store(pg_url)
+    lock = psycopg.connect(base)
+    try:
+        rec, _ = store.create_run(
+            run_id="run-said", task_key="k", loop_name="l", project="p", spec_ref=None,
+            loop_version=None, contract={"budget": {"max_cycles": 1}}, task={"x": 1},
+            initial_state={"cycle": 0},
+        )  # fmt: skip
+        token = store.acquire_lease(rec.run_id, "me", 60)
+        ex = SimpleNamespace(run_id=rec.run_id, token=token, state=SimpleNamespace(cycle=0))
+        lock.execute(f'SET search_path TO "{schema}"')
+        lock.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (rec.run_id,))
+        rests: list[bool] = []
+
+        def resting(on: bool) -> None:
+            rests.append(on)
+            if on:  # refused on the lock: the lock goes, the word is tried again
+                lock.rollback()
+
+        asyncio.run(
+            in_store_thread(
+                functools.partial(_said_alive, store, ex, "KeyboardInterrupt"), resting=resting
+            )
+        )
+        assert rests[:1] == [True]
+        said = [e for e in store.events(rec.run_id) if e.kind == "interrupted"]
+        assert [e.data["lease"] for e in said] == [token]
+    finally:
+        lock.close()
+        store.close()
+
+
+def test_a_held_runs_expired_requests_cost_one_lock_wait_a_poll(
+    pg_url: str, pg_schema: tuple[str, str]
+) -> None:
+    """A parked run with several expired requests, its row held by another session: a poll
+    waits for that row once (``RowLocked``) and leaves the run's other requests to a later
+    poll with it. Each request waited its own lock wait, so a run with many (up to the poll's
+    ``EXPIRE_BATCH``) held the worker's claims for that many waits at every poll."""
+    import psycopg
+    from test_worker_expired_requests import _expired
+    from test_worker_expired_requests import _request as request_of
+
+    from loopwright._store_threads import in_store_thread
+    from loopwright._worker import Worker
+    from loopwright.store._protocol_commit import RowLocked
+
+    base, schema = pg_schema
+    n = 4
+    with lw.Runtime(pg_url) as rt:
+        store = rt.store
+        rec, _ = store.create_run(
+            run_id="run-held", task_key="k", loop_name="l", project="p", spec_ref=None,
+            loop_version=None, contract={"budget": {"max_cycles": 1}}, task={"x": 1},
+            initial_state={"cycle": 0},
+        )  # fmt: skip
+        token = store.acquire_lease(rec.run_id, "me", 60)
+        store.commit(
+            rec.run_id, token, seq=1, cycle=1, state={"cycle": 1}, record={"cycle": 1},
+            events=[], run={"cycle": 1, "status": "awaiting_approval"},
+            approvals=[request_of(rec.run_id, i) for i in range(n)],
+        )  # fmt: skip
+        store.release_lease(rec.run_id, token)
+        for i in range(n):
+            _expired(store, f"ap-{rec.run_id}-{i}")
+        refused: list[str] = []
+        real = store.decide_approval
+
+        def decide_approval(approval_id: str, **kw: Any) -> Any:
+            try:
+                return real(approval_id, **kw)
+            except RowLocked:
+                refused.append(approval_id)
+                raise
+
+        store.decide_approval = decide_approval  # type: ignore[method-assign]
+        lock = psycopg.connect(base)
+        try:
+            lock.execute(f'SET search_path TO "{schema}"')
+            lock.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (rec.run_id,))
+            worker = Worker(rt, loops={})
+            assert asyncio.run(in_store_thread(worker._expire_batch)) is None
+            assert len(refused) == 1, refused
+        finally:
+            lock.rollback()
+            lock.close()
+        assert asyncio.run(in_store_thread(worker._expire_batch)) is None
+        assert store.expired_requests(limit=10) == []  # the lock gone: all recorded
