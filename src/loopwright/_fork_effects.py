@@ -14,10 +14,19 @@ from __future__ import annotations
 from ._redact_logs import masked_logger
 from .store import JournalEntry, Store
 
-__all__ = ["effect_names", "effects_text", "fork_effects", "fork_effects_text", "warn_fork_effects"]
+__all__ = [
+    "again_names",
+    "effect_names",
+    "effects_text",
+    "fork_effects",
+    "fork_effects_text",
+    "warn_fork_effects",
+]
 
 # Names listed in one line, the rest counted: a long run's line stays readable.
 _LISTED = 8
+# Rows a page view reads to name them (``again_names``): the first few, not the run's all.
+_READ = 4 * _LISTED
 
 
 def fork_effects(
@@ -29,15 +38,9 @@ def fork_effects(
     (a fork there runs each again if its cycles ask for it; read as a rollback reads the
     effects after its point): done, not compensations, done by this run (not reused from
     another's). ``inherited=False``: the first list is left empty, unread."""
-
-    def own(entries: list[JournalEntry]) -> list[JournalEntry]:
-        from ._reversal import _is_compensation  # (not at start-up: test_layering)
-
-        return [e for e in entries if not _is_compensation(e) and not e.data.get("from_run")]
-
     done = ("done",)
     kept = (
-        own(
+        _own(
             store.journal_where(
                 run_id, kind="effect", statuses=done, upto_cycle=at_cycle, limit=4 * _LISTED
             )
@@ -46,8 +49,37 @@ def fork_effects(
         else []
     )
     after = store.journal_where(run_id, kind="effect", statuses=done, after_cycle=at_cycle)
-    again = [e for e in own(after) if "action" not in e.data]
-    return kept[: _LISTED + 1], again
+    return kept[: _LISTED + 1], _run_scoped(_own(after))
+
+
+def _own(entries: list[JournalEntry]) -> list[JournalEntry]:
+    """Done by the run itself: not compensations, not reused from another run's."""
+    from ._reversal import _is_compensation  # (not at start-up: test_layering)
+
+    return [e for e in entries if not _is_compensation(e) and not e.data.get("from_run")]
+
+
+def _run_scoped(entries: list[JournalEntry]) -> list[JournalEntry]:
+    """Those with a run-scoped key (no business ``key=``, which names an action)."""
+    return [e for e in entries if "action" not in e.data]
+
+
+def again_names(store: Store, run_id: str, at_cycle: int) -> str:
+    """The effects a fork of ``run_id`` at ``at_cycle`` may do again, named as
+    ``effect_names`` names them, from a bounded read (the dashboard's rerun confirmation, on
+    each view: a long run's page reads no more than a short one's, invariant 8): the first
+    few, "and more" when the read stopped short of the run's last; empty when none."""
+    read = store.journal_where(
+        run_id, kind="effect", statuses=("done",), after_cycle=at_cycle, limit=_READ + 1
+    )
+    again = _run_scoped(_own(read[:_READ]))
+    if len(read) <= _READ:
+        return effect_names(again) if again else ""
+    if not again:  # none among those read: the later ones were not read, so not said none
+        return (
+            f"perhaps some of its more than {_READ} effects after cycle {at_cycle} (not all read)"
+        )
+    return effect_names(again[:_LISTED]) + " and more"
 
 
 def effect_names(entries: list[JournalEntry], with_cycle: bool = True) -> str:

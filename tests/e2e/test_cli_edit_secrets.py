@@ -186,21 +186,28 @@ def test_a_key_pasted_into_a_settled_result_is_not_stored(
         assert entry.data["result"] == {"bank": "key *** again *** proxy ***"}
 
 
-def test_a_refused_person_makes_the_dashboard_build_no_loop(run: tuple[Path, str]) -> None:
-    """review53c: the dashboard built the run's loop from its spec file (its modules imported,
-    its adapters made) for every edit or decision posted, before the engine checked who asked:
-    a viewer's refused request ran the loop's import-time code in the server. It is built for
-    one who may make it only (the engine still checks and audits the request itself)."""
+def _admin_and_viewer(db: Path) -> dict[str, str]:
+    """Users ``root`` (an admin) and ``vic`` (a viewer) in the store: each one's token."""
     import time
 
     from loopwright._authority import hash_token
 
-    db, run_id = run
     tokens = {"root": "tok-root-0123456789", "vic": "tok-vic-0123456789"}
     with lw.Runtime(db) as rt:
         for name, roles in (("root", ["admin"]), ("vic", ["viewer"])):
             rt.store.add_user(name, roles=roles, limits={}, by="test", now=time.time())
             rt.store.set_token(name, hash_token(tokens[name]), now=time.time())
+    return tokens
+
+
+def test_a_refused_person_makes_the_dashboard_build_no_loop(run: tuple[Path, str]) -> None:
+    """review53c: the dashboard built the run's loop from its spec file (its modules imported,
+    its adapters made) for every edit or decision posted, before the engine checked who asked:
+    a viewer's refused request ran the loop's import-time code in the server. It is built for
+    one who may make it only (the engine still checks and audits the request itself)."""
+    db, run_id = run
+    tokens = _admin_and_viewer(db)
+    with lw.Runtime(db) as rt:
         pause = rt.pause(run_id, by="root")
     _redact.reset()
     c = TestClient(create_app(str(db), token=TOKEN, identity="server"), base_url=LOCAL)
@@ -214,3 +221,28 @@ def test_a_refused_person_makes_the_dashboard_build_no_loop(run: tuple[Path, str
     r = c.post(f"/api/runs/{run_id}/parts/doc/a", json={"value": PASTED}, headers=root)
     assert r.status_code == 200, r.text
     assert _stored_in_clear(db) == []
+
+
+def test_a_refused_cancel_on_the_dashboard_builds_no_loop(
+    run: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """polish53b: the dashboard's cancel builds the run's loop (its spec's modules imported)
+    for one who may cancel only: a viewer's refused cancel runs none of the loop's code."""
+    from loopwright.web import _operations
+
+    built: list[str] = []
+    real = _operations.loop_of_run
+    monkeypatch.setattr(
+        _operations, "loop_of_run", lambda rec: built.append(rec.run_id) or real(rec)
+    )
+    db, run_id = run
+    tokens = _admin_and_viewer(db)
+    c = TestClient(create_app(str(db), token=TOKEN, identity="server"), base_url=LOCAL)
+    vic = {"Authorization": f"Bearer {tokens['vic']}"}
+    r = c.post(f"/api/runs/{run_id}/cancel", json={}, headers=vic)
+    assert r.status_code == 403, r.text
+    assert built == []
+    root = {"Authorization": f"Bearer {tokens['root']}"}
+    r = c.post(f"/api/runs/{run_id}/cancel", json={}, headers=root)
+    assert r.status_code == 200, r.text
+    assert built == [run_id]

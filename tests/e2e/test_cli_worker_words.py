@@ -74,3 +74,26 @@ def test_resume_of_a_run_a_worker_holds_says_how_to_follow_it(tmp_path: Path) ->
     follow = f"a worker is driving it: follow it with `loopwright show {run_id[:12]} --store s.db`"
     assert follow in line and "Runtime.events" in line, line
     assert "Traceback" not in r.stderr
+
+
+def test_resume_says_why_each_run_stopped_as_the_worker_does(tmp_path: Path) -> None:
+    doc = {"artifacts": {"doc": {"n": 0}}}
+    spent, boom, held = _queue(
+        tmp_path, {"id": "a", **doc}, {"id": "b", "boom": True, **doc}, {"id": "c", **doc}
+    )
+    r = cli("resume", spent[:12], "--store", "s.db", cwd=tmp_path)
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:  # a worker on another host holds one
+        rt.store.acquire_lease(held, "elsewhere:4242:ab12:x", 3600.0)
+    r_all = cli("resume", "--all", "--store", "s.db", cwd=tmp_path)
+    assert r_all.returncode == 2, r_all.stdout + r_all.stderr  # one skipped
+    with open_store(str(tmp_path / "s.db")) as st:
+        for out, run_id in ((r.stdout, spent), (r_all.stdout, boom)):
+            lines = out.splitlines()
+            cause = (st.get_run(run_id).packet or {})["stop_cause"]
+            at = next(i for i, x in enumerate(lines) if x.startswith(f"run {run_id[:12]}"))
+            assert lines[at + 1] == f"  why it stopped: {cause}", out
+    assert "the actor raised an exception" in r_all.stdout and SECRET not in r_all.stdout
+    [skip] = [x for x in r_all.stdout.splitlines() if x.startswith("skipped")]
+    assert skip.startswith(f"skipped {held[:12]}: ") and "elsewhere:4242:ab12:x" in skip, skip
+    follow = f"a worker is driving it: follow it with `loopwright show {held[:12]} --store s.db`"
+    assert follow in skip, skip

@@ -100,3 +100,62 @@ def test_the_dashboards_rerun_says_which_effects_it_does_again(tmp_path: Path) -
     r = c.post(f"/api/runs/{origin}/rerun", json={"at_cycle": 1, "start": False}, headers=head)
     assert r.status_code == 200, r.text
     assert "pay (cycle 2)" in r.json()["message"] and "AGAIN" in r.json()["message"]
+
+
+@pytest.mark.parametrize("business_first", [0, 60])
+def test_the_rerun_confirm_page_reads_a_bounded_number_of_effects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, business_first: int
+) -> None:
+    """polish53b: the rerun's confirm page read every effect the run did after cycle 0, on each
+        view: a long run's page cost its whole journal (invariant 8). It reads a bounded few, names
+        the first and says there are more; when the few read hold none it must name (a business
+    ``key=`` each), it says some of those not read may be. Counted in rows the store hands
+    back, not timed."""
+    from fastapi.testclient import TestClient
+
+    from loopwright.store.sqlite import SQLiteStore
+    from loopwright.web import create_app
+
+    many = 120
+
+    @lw.effect("spend", name="pay")
+    def pay(invoice: str, *, key: str) -> str:
+        return key
+
+    calls = tuple(
+        pay.call(invoice=f"I{i}", key=f"inv-{i}")
+        if i < business_first
+        else pay.call(invoice=f"I{i}")
+        for i in range(many)
+    )
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        fix = (lw.Edit("doc", "a", 1), lw.Edit("doc", "b", 2), lw.Edit("doc", "c", 3))
+        return lw.Proposal(edits=fix, effects=calls)
+
+    loop = lw.Loop(name="many", actor=actor, verifiers=[fields], effects=[pay],
+                   contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+                   approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),)))  # fmt: skip
+    url = str(tmp_path / "s.db")
+    with lw.Runtime(url) as rt:
+        origin = rt.run_sync(loop, TASK).run_id
+        assert len(rt.store.journal_where(origin, kind="effect", statuses=("done",))) == many
+    rows: list[int] = []
+    real = SQLiteStore.journal_where
+
+    def counted(self: SQLiteStore, *a: object, **kw: object) -> object:
+        got = real(self, *a, **kw)  # type: ignore[arg-type]
+        rows.append(len(got))
+        return got
+
+    monkeypatch.setattr(SQLiteStore, "journal_where", counted)
+    token = "server-token-0123456789"
+    c = TestClient(create_app(url, token=token, identity="oscar"), base_url="http://127.0.0.1")
+    c.post("/login", data={"token": token})
+    page = c.get(f"/runs/{origin}/confirm", params={"action": "rerun"}).text
+    assert sum(rows) <= 40, rows  # a few, not the run's 120
+    assert 'id="effects-again"' in page, page
+    if business_first:
+        assert "perhaps some of its more than 32 effects after cycle 0" in page
+    else:
+        assert "pay (cycle 1)" in page and "and more" in page

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from rich.console import Group
 
+    from .._engine import RunResult
     from .._state import TaskState
     from ..store import Approval, JournalEntry, RunRecord
 
@@ -581,6 +582,18 @@ def say(
     console to print on (a live view's), else ``console(stderr)``."""
     con = out if out is not None else console(stderr=stderr)
     con.print(text, markup=markup, highlight=False, soft_wrap=True, style=style)
+
+
+def say_ended(res: RunResult, task_key: str, out: Console) -> None:
+    """A run's line after a command drove it (``worker``, ``resume``): its status and stop
+    reason, then why, as ``show`` says it ("escalated (escalated)" told no one why): masked,
+    one line."""
+    from . import _one_line
+
+    say(f"run {res.run_id[:12]} ({task_key}): {res.status} ({res.stop_reason or '-'})", out=out)
+    cause = str((res.packet or {}).get("stop_cause") or "")
+    if cause:
+        say(f"  why it stopped: {_one_line(cause)}", out=out)
 
 
 def overwrites(events: Iterable[Any]) -> str | None:

@@ -94,7 +94,7 @@ def resume(
             forks = [r for r in targets if r.status == "pending" and r.forked_from]
             targets = [r for r in targets if not (r.status == "pending" and r.forked_from)]
         results: list[RunResult] = []
-        from ._render import console, say
+        from ._render import console, say, say_ended
 
         out = console(stderr=as_json)
         skipped: list[str] = []  # not resumed here: exit 0 would read as "all accepted"
@@ -110,17 +110,17 @@ def resume(
             try:
                 res = run_async(rt.resume(rec.run_id, loop))
             except ConflictError as exc:
+                hint = _held_elsewhere(rt, rec)
                 if run_id is not None:
-                    _held_elsewhere(rt, rec, exc)
+                    if hint:
+                        raise ConflictError(f"{exc}; {hint}") from exc
                     raise
-                say(f"skipped {rec.run_id[:12]}: {exc}", out=out, style="yellow")
+                say(f"skipped {rec.run_id[:12]}: {exc}" + (f"; {hint}" if hint else ""),
+                    out=out, style="yellow")  # fmt: skip
                 skipped.append(f"{rec.run_id[:12]} ({rec.task_key})")
                 continue
             results.append(res)
-            say(
-                f"run {res.run_id[:12]} ({rec.task_key}): {res.status} ({res.stop_reason or '-'})",
-                out=out,
-            )
+            say_ended(res, rec.task_key, out)
         if not targets:
             say("nothing to resume", out=out)
         if run_id is None and forks:
@@ -137,15 +137,16 @@ def resume(
     raise typer.Exit(code)
 
 
-def _held_elsewhere(rt: Runtime, rec: RunRecord, exc: ConflictError) -> None:
-    """Raise ``exc`` with what to do when another executor (a worker) holds the run's lease:
-    its id and lease time alone left the person asking what next."""
+def _held_elsewhere(rt: Runtime, rec: RunRecord) -> str | None:
+    """What to do when another executor (a worker) holds the run's lease, else None: its id
+    and lease time alone left the person asking what next."""
     held = rt.store.get_run(rec.run_id).lease_owner
     if held is not None and held != rt.owner:
-        raise ConflictError(
-            f"{exc}; a worker is driving it: follow it with "
+        return (
+            "a worker is driving it: follow it with "
             f"`loopwright show {rec.run_id[:12]}{store_flag()}` (or `Runtime.events`)"
-        ) from exc
+        )
+    return None
 
 
 def _forks_left(forks: list[RunRecord], out: Console) -> None:

@@ -80,7 +80,7 @@ def worker(
     from .._engine import Runtime
     from .._worker import Worker
     from . import _one_line
-    from ._render import console, say
+    from ._render import console, say, say_ended
 
     if concurrency < 1:
         raise ConfigError("must be at least 1", field="--concurrency")
@@ -114,11 +114,7 @@ def worker(
                 out=out,
             )
             return
-        say(f"run {r.run_id[:12]} ({r.task_key}): {r.status} ({r.stop_reason or '-'})", out=out)
-        # why, as `show` says it ("escalated (escalated)" told no one why): masked, one line
-        cause = str((r.packet or {}).get("stop_cause") or "")
-        if cause:
-            say(f"  why it stopped: {_one_line(cause)}", out=out)
+        say_ended(r, r.task_key, out)
 
     def skipped(run_id: str, why: LoopwrightError) -> None:
         # as `resume --all` says it: the count at the end told no one why

@@ -20,7 +20,7 @@ from .._compare import contract_changes, merge_contract
 from .._contract import TERMINAL_STATUSES, contract_from_snapshot, refuse_engine_marks
 from .._engine import Runtime
 from .._errors import ConfigError, LoopwrightError, RunNotFoundError
-from .._fork_effects import effect_names, fork_effects, fork_effects_text
+from .._fork_effects import again_names, fork_effects_text
 from .._keys import check_key
 from .._people import rollback_dropped
 from .._spec import loop_of_run
@@ -235,9 +235,8 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
             paused=[a for a in pending if a.kind == PAUSE],
             waits_on=waits_on(pending) if pending else "",
             # the effects a rerun from before their cycle does again (run-scoped keys)
-            again=effect_names(fork_effects(store, rec.run_id, 0, inherited=False)[1])
-            if action == "rerun"
-            else "",
+            # (a bounded read: the first few named, "and more", invariant 8)
+            again=again_names(store, rec.run_id, 0) if action == "rerun" else "",
         )
 
     @app.post("/runs/{run_id}/rollback", include_in_schema=False)
