@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from ._usage import Usage
     from ._verdict import Verdict
     from ._worker import Worker, WorkerStats
-    from .store import Approval, RunRecord
+    from .store import Approval, JournalEntry, RunRecord
 
     __version__: str
 
@@ -92,6 +92,7 @@ __all__ = [
     "Escalation",
     "FeedbackMemory",
     "Finding",
+    "JournalEntry",
     "Loop",
     "LoopwrightError",
     "MarginalReturn",
@@ -163,7 +164,7 @@ _LAZY_FROM = {
     "._usage": "Usage",
     "._verdict": "Verdict",
     "._worker": "Worker WorkerStats",
-    ".store": "Approval RunRecord",  # what Runtime.create, fork, approve... return
+    ".store": "Approval JournalEntry RunRecord",  # what Runtime.create, fork, approve, settle_effect... return
 }
 _LAZY = {name: mod for mod, names in _LAZY_FROM.items() for name in names.split()}
 

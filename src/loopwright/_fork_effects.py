@@ -31,13 +31,14 @@ _READ = 4 * _LISTED
 
 def fork_effects(
     store: Store, run_id: str, at_cycle: int, *, inherited: bool = True
-) -> tuple[list[JournalEntry], list[JournalEntry]]:
+) -> tuple[list[JournalEntry], list[JournalEntry], bool]:
     """The effects ``run_id`` did up to ``at_cycle`` (a fork there inherits them; the first
     few, one more when there are more: named, not counted, so a late fork of a long run
     decodes no more than that, invariant 8) and those it did after it with a run-scoped key
     (a fork there runs each again if its cycles ask for it; read as a rollback reads the
     effects after its point): done, not compensations, done by this run (not reused from
-    another's). ``inherited=False``: the first list is left empty, unread."""
+    another's), and whether more were done after it than were read. ``inherited=False``: the
+    first list is left empty, unread."""
     done = ("done",)
     kept = (
         _own(
@@ -48,8 +49,13 @@ def fork_effects(
         if inherited
         else []
     )
-    after = store.journal_where(run_id, kind="effect", statuses=done, after_cycle=at_cycle)
-    return kept[: _LISTED + 1], _run_scoped(_own(after))
+    # The effects after it: the first ``_READ`` read (a late fork of a long run, or one at
+    # cycle 0 of a run with an effect a cycle, reads no more than that: invariant 8), one
+    # more kept when more were there, so that ``effects_text`` says "and more"
+    after = store.journal_where(
+        run_id, kind="effect", statuses=done, after_cycle=at_cycle, limit=_READ + 1
+    )
+    return kept[: _LISTED + 1], _run_scoped(_own(after[:_READ])), len(after) > _READ
 
 
 def _own(entries: list[JournalEntry]) -> list[JournalEntry]:
@@ -92,7 +98,15 @@ def effect_names(entries: list[JournalEntry], with_cycle: bool = True) -> str:
     return ", ".join(said) + (f" and {more} more" if more > 0 else "")
 
 
-def effects_text(kept: list[JournalEntry], again: list[JournalEntry], at_cycle: int) -> str | None:
+def _named_more(entries: list[JournalEntry], more: bool) -> str:
+    """The first few named, "and more" when there were more than those (or than were read)."""
+    more = more or len(entries) > _LISTED
+    return effect_names(entries[:_LISTED]) + (" and more" if more else "")
+
+
+def effects_text(
+    kept: list[JournalEntry], again: list[JournalEntry], more: bool, at_cycle: int
+) -> str | None:
     parts = []
     if kept:
         named = effect_names(kept[:_LISTED], False) + (" and more" if len(kept) > _LISTED else "")
@@ -100,7 +114,7 @@ def effects_text(kept: list[JournalEntry], again: list[JournalEntry], at_cycle: 
     if again:
         parts.append(
             f"done after cycle {at_cycle} with a run-scoped key, so done AGAIN by the new run "
-            f"if its cycles ask for them: {effect_names(again)} — give such an effect a "
+            f"if its cycles ask for them: {_named_more(again, more)} — give such an effect a "
             "business key= (it names the action, which the new run then reuses)"
         )
     return "; ".join(parts) or None
@@ -115,10 +129,10 @@ def fork_effects_text(store: Store, run_id: str, at_cycle: int) -> str | None:
 def warn_fork_effects(store: Store, run_id: str, at_cycle: int, new_run: str) -> str | None:
     """Log (``loopwright.runs``, a warning) the effects a fork may do again, as a rollback's
     offers say an irreversible one may; the line said (``None``: none to warn of)."""
-    _, again = fork_effects(store, run_id, at_cycle, inherited=False)
+    _, again, more = fork_effects(store, run_id, at_cycle, inherited=False)
     if not again:
         return None
-    text = effects_text([], again, at_cycle)
+    text = effects_text([], again, more, at_cycle)
     masked_logger("loopwright.runs").warning(
         "fork %s of run %s at cycle %d: %s", new_run[:12], run_id[:12], at_cycle, text
     )

@@ -79,7 +79,9 @@ def test_cancel_counts_the_done_effects_it_cannot_offer(
             decoded[cycles] = _Counted.made[0]
         out = capsys.readouterr().out
         assert f"{cycles - 1} completed effect(s) not offered for compensation" in out, out
-    assert decoded == {50: 0, 500: 0}, decoded
+    # the fork's warning of effects it may do again (effects53b) reads the first few done
+    # after the fork point, at most 33 whatever the run's length (``_fork_effects._READ``)
+    assert decoded[50] == decoded[500] <= 33, decoded
 
 
 def _asked_run(rt: lw.Runtime, cycles: int) -> tuple[str, str]:
@@ -251,7 +253,7 @@ def test_a_fork_reads_the_done_effects_up_to_its_cycle(
     the three done effects and the three rejections before it: it decoded the origin's whole
     effects journal (50 and 500 entries at 50 and 500 cycles) and read its every rejection
     (50 and 500 rows) to keep them; none of either now (the store copies them:
-    ``test_fork_copies_effects.py``)."""
+    ``test_fork_copies_effects.py``), but for the few its warning names (as many at 500 as at 50)."""
     decoded: dict[int, int] = {}
     rejections: dict[int, int] = {}
     real = _sql.SQLStore.rejected_rows
@@ -278,7 +280,9 @@ def test_a_fork_reads_the_done_effects_up_to_its_cycle(
             assert [e.key for e in got] == [f"effect:pay:I-{n}" for n in (1, 2, 3)]
             assert all(e.status == "done" and e.data["inherited_from"] == r.run_id for e in got)
             assert sorted(c for _d, c in rt.store.rejected_rows(new.run_id)) == [1, 2, 3]
-    assert decoded == {50: 0, 500: 0}, decoded
+    # the fork's warning of effects it may do again (effects53b) reads the first few done
+    # after the fork point, at most 33 whatever the run's length (``_fork_effects._READ``)
+    assert decoded[50] == decoded[500] <= 33, decoded
     assert rejections == {50: 0, 500: 0}, rejections
 
 

@@ -114,7 +114,7 @@ def _recorded(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     async def backoff(store: Any, ex: Any, delay: float, what: str) -> None:
         waits.append(delay)
 
-    monkeypatch.setattr(_effect_run, "asyncio", type("A", (), {"sleep": staticmethod(sleep)})())
+    monkeypatch.setattr(_effect_run, "asyncio", _asyncio_sleeping(sleep))
     monkeypatch.setattr(_effect_run, "backoff", backoff)
     monkeypatch.setattr(_call_retry, "backoff", backoff)
     return waits
@@ -180,7 +180,7 @@ def test_a_taker_whose_clock_disagrees_waits_until_the_holder_cannot_start(
         moved[0] += max(delay, 0.0)
 
     waits: list[float] = []
-    monkeypatch.setattr(_effect_run, "asyncio", type("A", (), {"sleep": staticmethod(sleep)})())
+    monkeypatch.setattr(_effect_run, "asyncio", _asyncio_sleeping(sleep))
     monkeypatch.setattr(time, "time", now)
     if url.startswith("sqlite"):  # one host: one clock for both, whatever each process says
         monkeypatch.setattr(SQLiteStore, "clock", lambda self: real_time() + moved[0])
@@ -216,3 +216,16 @@ def test_a_taker_whose_clock_disagrees_waits_until_the_holder_cannot_start(
     assert paid == ["pay:INV-9"]  # once: the taker's
     # it waited for the holder's deadline (what its call was given, inside the lease)
     assert len(waits) == 1 and 0 < waits[0] <= TTL, waits
+
+
+def _asyncio_sleeping(sleep: Any) -> Any:
+    """``asyncio`` for ``_effect_run`` with its ``sleep`` replaced, the rest the real module's
+    (``CancelledError`` among them: an effect's intent write is waited out uncancelled)."""
+
+    class _Asyncio:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(asyncio, name)
+
+    fake = _Asyncio()
+    fake.sleep = sleep  # type: ignore[attr-defined]
+    return fake

@@ -98,8 +98,8 @@ def fork(
         # what the fork was given, as stored (a spend-only contract with its default ceiling)
         changed = contract_changes(rec.contract, new.contract)
         at_once = stops_at_once(rt.store, new)
-        kept, again = fork_effects(rt.store, rec.run_id, at_cycle)
-        effects = effects_text(kept, again, at_cycle)
+        kept, again, more = fork_effects(rt.store, rec.run_id, at_cycle)
+        effects = effects_text(kept, again, more, at_cycle)
     say(
         f"forked run {rec.run_id[:12]} at cycle {at_cycle}: new run {new.run_id[:12]} "
         f"(task key {new.task_key})"
