@@ -286,16 +286,8 @@ class Forking(RuntimeHost):
         # run's payments (separation of duties), though nothing was edited.
         who = may_operate(self.store, by, "edit", on, origin=origin)
         audited = False
-        try:
-            try:
-                token = self._take_lease(rec.run_id)
-            except ConflictError:
-                raise ConflictError(
-                    f"run {rec.run_id} is executing elsewhere; edit it when it parks or ends"
-                ) from None
-        except ConflictError as exc:
-            refused(self.store, who, "edit", on, origin=origin, why=exc, part=ref)
-            raise
+        busy = f"run {rec.run_id} is executing elsewhere; edit it when it parks or ends"
+        token = self._lease_or_refused(rec.run_id, who, "edit", origin=origin, busy=busy, part=ref)
         try:
             with self._holding(rec.run_id, token):
                 # Read again under the lease: whether the edit reopens the run is its status now,

@@ -65,6 +65,21 @@ class RuntimeHost:
             raise ConflictError(f"run {run_id} is being executed by this runtime ({self.owner})")
         return self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s)
 
+    def _lease_or_refused(
+        self, run_id: str, who: str, action: str, *, origin: str, busy: str, **detail: Any
+    ) -> int:
+        """The lease of ``run_id`` for a person's ``action`` (an edit, a rollback, a settle):
+        while another executor holds it, ``ConflictError(busy)``, audited as refused (the
+        log says the action never happened), ``detail`` naming what was asked."""
+        from ._authority import refused
+
+        try:
+            return self._take_lease(run_id)
+        except ConflictError:
+            exc = ConflictError(busy)
+        refused(self.store, who, action, f"run {run_id}", origin=origin, why=exc, **detail)
+        raise exc from None
+
     @contextlib.contextmanager
     def _holding(self, run_id: str, token: int) -> Iterator[None]:
         """The lease ``token`` of ``run_id`` handed back when the block ends, however it ends

@@ -449,14 +449,8 @@ class Decisions(RuntimeHost):
         # executing elsewhere, was recorded "allowed" first (and its author then counted as
         # a requester of the run's refunds), though nothing was rolled back.
         who = may_operate(self.store, by, "rollback", on, origin=origin)
-        try:
-            token = self._take_lease(rec.run_id)
-        except ConflictError:
-            busy = ConflictError(
-                f"run {rec.run_id} is executing elsewhere; cancel it or let it park first"
-            )
-            refused(self.store, who, "rollback", on, origin=origin, why=busy)
-            raise busy from None
+        busy = f"run {rec.run_id} is executing elsewhere; cancel it or let it park first"
+        token = self._lease_or_refused(rec.run_id, who, "rollback", origin=origin, busy=busy)
         with self._holding(rec.run_id, token):
             try:
                 target = concluded_in(self.store, rec.run_id, to_cycle, "to_cycle")

@@ -20,7 +20,7 @@ from typing import Any
 
 from ._authority import audit, may_operate, refused
 from ._effect_keys import args_digest
-from ._errors import ConfigError, ConflictError
+from ._errors import ConfigError
 from ._host import RuntimeHost
 from ._json import check_given_text, check_value
 from ._people import _printable_note
@@ -66,15 +66,11 @@ class Settling(RuntimeHost):
         rec = self.store.get_run(run_id)
         on = f"run {rec.run_id}"
         who = may_operate(self.store, by, "settle_effect", on, origin=origin)
-        try:
-            token = self._take_lease(rec.run_id)
-        except ConflictError:
-            busy = ConflictError(
-                f"run {rec.run_id} is executing elsewhere; let it stop (it escalates on an "
-                "effect in doubt) first"
-            )
-            refused(self.store, who, "settle_effect", on, origin=origin, why=busy)
-            raise busy from None
+        busy = (
+            f"run {rec.run_id} is executing elsewhere; let it stop (it escalates on an effect "
+            "in doubt) first"
+        )
+        token = self._lease_or_refused(rec.run_id, who, "settle_effect", origin=origin, busy=busy)
         with self._holding(rec.run_id, token):
             try:
                 entry = self._in_doubt_entry(rec.run_id, key)
