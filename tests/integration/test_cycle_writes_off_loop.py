@@ -71,21 +71,9 @@ def test_a_reflection_mark_waiting_on_its_row_lock_holds_no_other_run(
         reflector=reflector,
         contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
     )
-    task = {"artifacts": {"doc": {"a": 0}}}
     try:
         with lw.Runtime(pg_url) as rt:
-            a = rt.create(loop, {**task, "lock": True}, task_key="a")[0].run_id
-            b = rt.create(loop, task, task_key="b")[0].run_id
-
-            async def main() -> None:
-                run_a = asyncio.create_task(rt.resume(a, loop))
-                run_b = asyncio.create_task(rt.resume(b, loop))
-                run_b.add_done_callback(lambda _t: free.set())
-                await asyncio.wait([run_a, run_b])
-                run_b.result()
-                run_a.result()
-
-            asyncio.run(main())
+            a, b = _a_locked_beside_b(rt, loop, free)
             assert locked.is_set()
             assert held_to_the_end == [False]  # B ended while A's row was held
             assert [rt.store.get_run(r).cycle for r in (a, b)] == [3, 3]
@@ -139,23 +127,30 @@ def test_a_billed_call_journaled_while_its_row_is_locked_holds_no_other_run(
         verifiers=[check],
         contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
     )
-    task = {"artifacts": {"doc": {"a": 0}}}
     try:
         with lw.Runtime(pg_url) as rt:
-            a = rt.create(loop, {**task, "lock": True}, task_key="a")[0].run_id
-            b = rt.create(loop, task, task_key="b")[0].run_id
-
-            async def main() -> None:
-                run_a = asyncio.create_task(rt.resume(a, loop))
-                run_b = asyncio.create_task(rt.resume(b, loop))
-                run_b.add_done_callback(lambda _t: free.set())
-                await asyncio.wait([run_a, run_b])
-                run_b.result()
-                run_a.result()
-
-            asyncio.run(main())
+            a, b = _a_locked_beside_b(rt, loop, free)
             assert locked.is_set()
             assert held_to_the_end == [False]  # B ended while A's row was held
             assert [rt.store.get_run(r).tokens for r in (a, b)] == [30, 30]
     finally:
         free.set()
+
+
+def _a_locked_beside_b(rt: lw.Runtime, loop: lw.Loop, free: threading.Event) -> tuple[str, str]:
+    """Runs A (its task marked to have its row locked) and B side by side in one event loop;
+    ``free`` is set once B has ended, which lets A's lock go. Their run ids."""
+    task = {"artifacts": {"doc": {"a": 0}}}
+    a = rt.create(loop, {**task, "lock": True}, task_key="a")[0].run_id
+    b = rt.create(loop, task, task_key="b")[0].run_id
+
+    async def main() -> None:
+        run_a = asyncio.create_task(rt.resume(a, loop))
+        run_b = asyncio.create_task(rt.resume(b, loop))
+        run_b.add_done_callback(lambda _t: free.set())
+        await asyncio.wait([run_a, run_b])
+        run_b.result()
+        run_a.result()
+
+    asyncio.run(main())
+    return a, b
