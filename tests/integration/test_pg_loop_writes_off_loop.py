@@ -1,0 +1,189 @@
+"""PostgreSQL: a run's writes outside its cycles, made while another session holds its row
+locked, leave the process's other runs going (pgloop54).
+
+Stop 53 moved a PostgreSQL run's cycle writes off the event loop (commits, the effect journal,
+renewals, the release). Two writes fenced on the run's row stayed there: the lease taken as a
+run starts or resumes (``Runtime.run``, ``run_many``, ``resume``) and the ``drained`` event a
+draining runtime writes at a run's cycle boundary. Each waited on the event loop, with no lock
+timeout, until the lock went, and every other run of the process with it. Progress is counted
+in the other run's checkpoints while the lock is held; each wait is bounded by a patience that
+only a stall reaches (never a measurement).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+
+pytestmark = pytest.mark.postgres
+
+PATIENCE = 60.0  # a bound only a stall reaches (never a measurement)
+
+
+class _Holder:
+    """Another session (a person in psql, the dashboard) holding one run's row locked until
+    ``free`` is set, or the patience runs out (then ``held_to_the_end`` says so)."""
+
+    def __init__(self, base: str, schema: str) -> None:
+        self.base, self.schema = base, schema
+        self.locked, self.free = threading.Event(), threading.Event()
+        self.gone = threading.Event()  # the lock let go
+        self.held_to_the_end: list[bool] = []
+        self.pid = 0
+
+    def hold(self, run_id: str) -> None:
+        import psycopg
+        from psycopg import sql
+
+        conn = psycopg.connect(self.base)
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+        conn.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (run_id,))
+        self.pid = conn.info.backend_pid
+
+        def keep() -> None:
+            self.held_to_the_end.append(not self.free.wait(PATIENCE))  # (a stall guard)
+            conn.rollback()
+            conn.close()
+            self.gone.set()
+
+        threading.Thread(target=keep, daemon=True).start()
+        self.locked.set()
+
+    def someone_waits(self) -> bool:
+        """Whether a session waits on the lock held (the run's own write, blocked)."""
+        import psycopg
+
+        with psycopg.connect(self.base, autocommit=True) as c:
+            [(n,)] = c.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                (self.pid,),
+            ).fetchall()
+        return bool(n)
+
+
+async def _until(cond: Any, *also: threading.Event) -> bool:
+    """Polls ``cond()`` on the event loop (a stall of the loop stops it too) until it holds,
+    one of ``also`` is set, or the patience runs out; whether it held."""
+    for _ in range(int(PATIENCE * 50)):
+        if cond():
+            return True
+        if any(e.is_set() for e in also):
+            return False
+        await asyncio.sleep(0.02)
+    return False
+
+
+def test_a_lease_take_waiting_on_its_row_lock_holds_no_other_run(
+    pg_schema: tuple[str, str], pg_url: str
+) -> None:
+    """B is resumed (its lease taken) while another session holds B's row: A, running beside
+    it in the same event loop, commits its next checkpoints meanwhile."""
+    holder = _Holder(*pg_schema)
+    a_at_2 = threading.Event()
+    waited: list[bool] = []  # whether B's lease take was seen waiting on the lock
+    a_cycles_while_held: list[int] = []
+
+    async def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.task.get("first") and ctx.cycle == 2:
+            a_at_2.set()
+            # A goes on only once B's lease take waits on B's row (seen from the server)
+            waited.append(await _until(holder.someone_waits, holder.gone))
+        held = holder.locked.is_set() and not holder.free.is_set()
+        if ctx.task.get("first") and ctx.cycle > 2 and held:
+            a_cycles_while_held.append(ctx.cycle)
+        return lw.Proposal.edit("doc", {"a": ctx.cycle})
+
+    def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.0)
+
+    loop = lw.Loop(
+        name="take",
+        actor=actor,
+        verifiers=[check],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=5)),
+    )
+    task = {"artifacts": {"doc": {"a": 0}}}
+    try:
+        with lw.Runtime(pg_url) as rt:
+            a = rt.create(loop, {**task, "first": True}, task_key="a")[0].run_id
+            b = rt.create(loop, task, task_key="b")[0].run_id
+
+            async def main() -> None:
+                run_a = asyncio.create_task(rt.resume(a, loop))
+                run_a.add_done_callback(lambda _t: holder.free.set())
+                assert await _until(a_at_2.is_set)
+                holder.hold(b)
+                run_b = asyncio.create_task(rt.resume(b, loop))
+                await asyncio.wait([run_a, run_b])
+                run_a.result()
+                run_b.result()
+
+            asyncio.run(main())
+            assert waited == [True]  # B's take waited on its row...
+            assert a_cycles_while_held == [3, 4, 5]  # ...while A drove three more cycles
+            assert holder.held_to_the_end == [False]  # A ended with B's row still held
+            assert [rt.store.get_run(r).cycle for r in (a, b)] == [5, 5]
+    finally:
+        holder.free.set()
+
+
+def test_a_drained_event_waiting_on_its_row_lock_holds_no_other_run(
+    pg_schema: tuple[str, str], pg_url: str
+) -> None:
+    """The runtime drains as A's cycle 2 is durable and another session takes A's row: A's
+    ``drained`` event waits on it; B, beside it, drives its cycle to its end and drains."""
+    holder = _Holder(*pg_schema)
+    ids: dict[str, str] = {}
+    b_while_held: list[int] = []  # B's checkpoints made while A's row is held
+    rt: lw.Runtime
+
+    def progress(rec: lw.RunRecord) -> None:
+        if rec.run_id == ids.get("a") and rec.cycle == 2 and not holder.locked.is_set():
+            holder.hold(rec.run_id)  # A's drained event, written next, waits on its row
+            rt.drain()
+        elif rec.run_id == ids.get("b") and holder.locked.is_set() and not holder.free.is_set():
+            b_while_held.append(rec.cycle)
+
+    async def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.run_id == ids["b"] and ctx.cycle == 2:
+            # B's second cycle starts once A's row is held (bounded: a stall guard)
+            await _until(holder.locked.is_set)
+        return lw.Proposal.edit("doc", {"a": ctx.cycle})
+
+    def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.0)
+
+    loop = lw.Loop(
+        name="drain",
+        actor=actor,
+        verifiers=[check],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=5)),
+    )
+    task = {"artifacts": {"doc": {"a": 0}}}
+    try:
+        with lw.Runtime(pg_url, on_progress=progress) as rt:
+            ids["a"] = rt.create(loop, task, task_key="a")[0].run_id
+            ids["b"] = rt.create(loop, task, task_key="b")[0].run_id
+
+            async def main() -> None:
+                run_a = asyncio.create_task(rt.resume(ids["a"], loop))
+                run_b = asyncio.create_task(rt.resume(ids["b"], loop))
+                run_b.add_done_callback(lambda _t: holder.free.set())
+                await asyncio.wait([run_a, run_b])
+                run_a.result()
+                run_b.result()
+
+            asyncio.run(main())
+            assert holder.locked.is_set()
+            assert 2 in b_while_held  # B's cycle 2 made durable with A's row held...
+            assert holder.held_to_the_end == [False]  # ...and B drained before it went
+            for r, cycle in ((ids["a"], 2), (ids["b"], 2)):
+                assert rt.store.get_run(r).cycle == cycle
+                assert [e.kind for e in rt.store.events(r)].count("drained") == 1
+    finally:
+        holder.free.set()
