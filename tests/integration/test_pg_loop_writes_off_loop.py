@@ -2,10 +2,11 @@
 locked, leave the process's other runs going (pgloop54).
 
 Stop 53 moved a PostgreSQL run's cycle writes off the event loop (commits, the effect journal,
-renewals, the release). Two writes fenced on the run's row stayed there: the lease taken as a
-run starts or resumes (``Runtime.run``, ``run_many``, ``resume``) and the ``drained`` event a
-draining runtime writes at a run's cycle boundary. Each waited on the event loop, with no lock
-timeout, until the lock went, and every other run of the process with it. Progress is counted
+renewals, the release). Writes fenced on the run's row stayed there: the lease taken as a run
+starts or resumes (``Runtime.run``, ``run_many``, ``resume``), the ``drained`` event a
+draining runtime writes at a run's cycle boundary, and a cancelled run's compensation journal
+writes (its claim and its entry marked compensated). Each waited on the event loop, with no
+lock timeout, until the lock went, and every other run of the process with it. Progress is counted
 in the other run's checkpoints while the lock is held; each wait is bounded by a patience that
 only a stall reaches (never a measurement).
 """
@@ -93,7 +94,7 @@ def test_a_lease_take_waiting_on_its_row_lock_holds_no_other_run(
             a_at_2.set()
             # A goes on only once B's lease take waits on B's row (seen from the server)
             waited.append(await _until(holder.someone_waits, holder.gone))
-        held = holder.locked.is_set() and not holder.free.is_set()
+        held = holder.locked.is_set() and not holder.gone.is_set()
         if ctx.task.get("first") and ctx.cycle > 2 and held:
             a_cycles_while_held.append(ctx.cycle)
         return lw.Proposal.edit("doc", {"a": ctx.cycle})
@@ -146,7 +147,7 @@ def test_a_drained_event_waiting_on_its_row_lock_holds_no_other_run(
         if rec.run_id == ids.get("a") and rec.cycle == 2 and not holder.locked.is_set():
             holder.hold(rec.run_id)  # A's drained event, written next, waits on its row
             rt.drain()
-        elif rec.run_id == ids.get("b") and holder.locked.is_set() and not holder.free.is_set():
+        elif rec.run_id == ids.get("b") and holder.locked.is_set() and not holder.gone.is_set():
             b_while_held.append(rec.cycle)
 
     async def actor(ctx: lw.Context) -> lw.Proposal:
@@ -185,5 +186,92 @@ def test_a_drained_event_waiting_on_its_row_lock_holds_no_other_run(
             for r, cycle in ((ids["a"], 2), (ids["b"], 2)):
                 assert rt.store.get_run(r).cycle == cycle
                 assert [e.kind for e in rt.store.events(r)].count("drained") == 1
+    finally:
+        holder.free.set()
+
+
+def test_a_compensation_journaled_while_its_row_is_locked_holds_no_other_run(
+    pg_schema: tuple[str, str], pg_url: str
+) -> None:
+    """A cancelled run undoes its payment as it resumes, beside B; another session takes A's
+    row as the refund's result is journaled: A's next journal writes (the payment's claim and
+    entry marked compensated) wait on it, and B drives its cycles meanwhile."""
+    holder = _Holder(*pg_schema)
+    refunded: list[str] = []
+    b_while_held: list[int] = []
+    ids: dict[str, str] = {}
+
+    def refund(key: str, result: Any, args: dict[str, Any]) -> None:
+        refunded.append(key)
+
+    pay = lw.effect(
+        "spend",
+        name="pay",
+        key=lambda a: a["invoice"],
+        compensate=refund,
+        requires_success=False,
+    )(lambda invoice: {"paid": invoice})
+
+    def phase(name: str) -> None:
+        if name == "after_effect_result" and refunded and not holder.locked.is_set():
+            holder.hold(ids["a"])  # A's compensation's journal writes, next, wait on its row
+
+    def progress(rec: lw.RunRecord) -> None:
+        if rec.run_id == ids.get("b") and holder.locked.is_set() and not holder.gone.is_set():
+            b_while_held.append(rec.cycle)
+
+    def payer(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle == 1:
+            return lw.Proposal(edits=(lw.Edit("doc", "a", 1),), effects=(pay.call(invoice="i1"),))
+        return lw.Proposal(question=lw.Question("Which PO governs?", choices=("PO-1", "PO-2")))
+
+    async def other(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle == 2:
+            await _until(holder.locked.is_set)  # (bounded: a stall guard)
+        return lw.Proposal.edit("doc", {"a": ctx.cycle})
+
+    def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.0)
+
+    allow = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
+    paying = lw.Loop(
+        name="pay",
+        actor=payer,
+        verifiers=[check],
+        effects=(pay,),
+        approvals=allow,
+        contract=lw.Contract(budget=lw.Budget(max_cycles=4)),
+    )
+    loop = lw.Loop(
+        name="other",
+        actor=other,
+        verifiers=[check],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=4)),
+    )
+    task = {"artifacts": {"doc": {"a": 0}}}
+    try:
+        with lw.Runtime(pg_url, on_progress=progress) as rt:
+            r = rt.run_sync(paying, task, task_key="a")
+            assert r.status == "awaiting_approval"
+            assert rt.cancel(r.run_id, by="ops", loop=paying).status == "cancelled"
+            ids["a"] = r.run_id
+            ids["b"] = rt.create(loop, task, task_key="b")[0].run_id
+            rt._on_phase = phase
+
+            async def main() -> None:
+                run_a = asyncio.create_task(rt.resume(ids["a"], paying))
+                run_b = asyncio.create_task(rt.resume(ids["b"], loop))
+                run_b.add_done_callback(lambda _t: holder.free.set())
+                await asyncio.wait([run_a, run_b])
+                run_a.result()
+                run_b.result()
+
+            asyncio.run(main())
+            assert len(refunded) == 1
+            assert b_while_held[-2:] == [3, 4]  # B's last cycles made durable with A's row held
+            assert holder.held_to_the_end == [False]  # ...and B ended before it went
+            assert rt.store.get_run(ids["a"]).status == "cancelled"
+            paid = [e for e in rt.store.journal(ids["a"], kind="effect") if "i1" in e.key]
+            assert sorted(e.status for e in paid) == ["compensated", "done"]  # (and its refund)
     finally:
         holder.free.set()
