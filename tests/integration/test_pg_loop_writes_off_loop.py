@@ -275,3 +275,50 @@ def test_a_compensation_journaled_while_its_row_is_locked_holds_no_other_run(
             assert sorted(e.status for e in paid) == ["compensated", "done"]  # (and its refund)
     finally:
         holder.free.set()
+
+
+def test_a_resume_cancelled_while_its_lease_is_taken_in_a_thread_hands_it_back(
+    pg_url: str,
+) -> None:
+    """The take, in a store thread, is not stopped by a cancellation of its caller: a take
+    that ends after it is handed back, not left to keep the run from every executor for its
+    TTL (an hour here)."""
+    started, go = threading.Event(), threading.Event()
+
+    def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.0)
+
+    loop = lw.Loop(
+        name="cancelled",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"a": ctx.cycle}),
+        verifiers=[check],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+    )
+    with lw.Runtime(pg_url, lease_ttl_s=3600) as rt:
+        run = rt.create(loop, {"artifacts": {"doc": {"a": 0}}}, task_key="c")[0].run_id
+        take = rt.store.acquire_lease
+
+        def slow_take(run_id: str, owner: str, ttl_s: float) -> int:
+            token = take(run_id, owner, ttl_s)  # taken; its caller is cancelled before it returns
+            started.set()
+            go.wait(PATIENCE)  # (a stall guard)
+            return token
+
+        rt.store.acquire_lease = slow_take  # type: ignore[method-assign]
+
+        async def main() -> None:
+            resuming = asyncio.create_task(rt.resume(run, loop))
+            assert await _until(started.is_set)
+            resuming.cancel()
+            go.set()
+            with pytest.raises(asyncio.CancelledError):
+                await resuming
+            # (handed back from a store thread: waited for, bounded)
+            assert await _until(lambda: rt.store.get_run(run).lease_owner is None)
+
+        try:
+            asyncio.run(main())
+        finally:
+            go.set()
+        assert rt.store.get_run(run).cycle == 0  # never driven
+        assert rt.resume_sync(run, loop).cycles == 2  # (resumable as ever)
