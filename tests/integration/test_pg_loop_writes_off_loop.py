@@ -55,6 +55,9 @@ class _Holder:
         threading.Thread(target=keep, daemon=True).start()
         self.locked.set()
 
+    def holding(self) -> bool:
+        return self.locked.is_set() and not self.gone.is_set()
+
     def someone_waits(self) -> bool:
         """Whether a session waits on the lock held (the run's own write, blocked)."""
         import psycopg
@@ -67,6 +70,19 @@ class _Holder:
         return bool(n)
 
 
+def _never(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+    return lw.Verdict(passed=False, score=0.0)  # never accepted: runs to its cycle cap
+
+
+def _loop(name: str, actor: Any, cycles: int) -> lw.Loop:
+    return lw.Loop(
+        name=name,
+        actor=actor,
+        verifiers=[_never],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
+    )
+
+
 async def _until(cond: Any, *also: threading.Event) -> bool:
     """Polls ``cond()`` on the event loop (a stall of the loop stops it too) until it holds,
     one of ``also`` is set, or the patience runs out; whether it held."""
@@ -77,6 +93,23 @@ async def _until(cond: Any, *also: threading.Event) -> bool:
             return False
         await asyncio.sleep(0.02)
     return False
+
+
+def _side_by_side(
+    rt: lw.Runtime, a: tuple[str, lw.Loop], b: tuple[str, lw.Loop], free: threading.Event
+) -> None:
+    """Resumes runs A and B side by side in one event loop; ``free`` is set once B has
+    ended (which lets the lock on A's row go)."""
+
+    async def main() -> None:
+        run_a = asyncio.create_task(rt.resume(*a))
+        run_b = asyncio.create_task(rt.resume(*b))
+        run_b.add_done_callback(lambda _t: free.set())
+        await asyncio.wait([run_a, run_b])
+        run_a.result()
+        run_b.result()
+
+    asyncio.run(main())
 
 
 def test_a_lease_take_waiting_on_its_row_lock_holds_no_other_run(
@@ -94,20 +127,12 @@ def test_a_lease_take_waiting_on_its_row_lock_holds_no_other_run(
             a_at_2.set()
             # A goes on only once B's lease take waits on B's row (seen from the server)
             waited.append(await _until(holder.someone_waits, holder.gone))
-        held = holder.locked.is_set() and not holder.gone.is_set()
+        held = holder.holding()
         if ctx.task.get("first") and ctx.cycle > 2 and held:
             a_cycles_while_held.append(ctx.cycle)
         return lw.Proposal.edit("doc", {"a": ctx.cycle})
 
-    def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(passed=False, score=0.0)
-
-    loop = lw.Loop(
-        name="take",
-        actor=actor,
-        verifiers=[check],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=5)),
-    )
+    loop = _loop("take", actor, 5)
     task = {"artifacts": {"doc": {"a": 0}}}
     try:
         with lw.Runtime(pg_url) as rt:
@@ -137,53 +162,42 @@ def test_a_drained_event_waiting_on_its_row_lock_holds_no_other_run(
     pg_schema: tuple[str, str], pg_url: str
 ) -> None:
     """The runtime drains as A's cycle 2 is durable and another session takes A's row: A's
-    ``drained`` event waits on it; B, beside it, drives its cycle to its end and drains."""
+    ``drained`` event waits on it; B, beside it in its first cycle, drives that cycle to its
+    end and drains."""
     holder = _Holder(*pg_schema)
     ids: dict[str, str] = {}
     b_while_held: list[int] = []  # B's checkpoints made while A's row is held
+    b_started = threading.Event()
     rt: lw.Runtime
 
     def progress(rec: lw.RunRecord) -> None:
         if rec.run_id == ids.get("a") and rec.cycle == 2 and not holder.locked.is_set():
             holder.hold(rec.run_id)  # A's drained event, written next, waits on its row
             rt.drain()
-        elif rec.run_id == ids.get("b") and holder.locked.is_set() and not holder.gone.is_set():
+        elif rec.run_id == ids.get("b") and holder.holding():
             b_while_held.append(rec.cycle)
 
     async def actor(ctx: lw.Context) -> lw.Proposal:
-        if ctx.run_id == ids["b"] and ctx.cycle == 2:
-            # B's second cycle starts once A's row is held (bounded: a stall guard)
+        if ctx.run_id == ids["b"]:
+            # B's first cycle ends once A's row is held and the runtime drains, A's second
+            # once B's first has started (each wait bounded: a stall guard)
+            b_started.set()
             await _until(holder.locked.is_set)
+        elif ctx.cycle == 2:
+            await _until(b_started.is_set)
         return lw.Proposal.edit("doc", {"a": ctx.cycle})
 
-    def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(passed=False, score=0.0)
-
-    loop = lw.Loop(
-        name="drain",
-        actor=actor,
-        verifiers=[check],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=5)),
-    )
+    loop = _loop("drain", actor, 5)
     task = {"artifacts": {"doc": {"a": 0}}}
     try:
         with lw.Runtime(pg_url, on_progress=progress) as rt:
             ids["a"] = rt.create(loop, task, task_key="a")[0].run_id
             ids["b"] = rt.create(loop, task, task_key="b")[0].run_id
-
-            async def main() -> None:
-                run_a = asyncio.create_task(rt.resume(ids["a"], loop))
-                run_b = asyncio.create_task(rt.resume(ids["b"], loop))
-                run_b.add_done_callback(lambda _t: holder.free.set())
-                await asyncio.wait([run_a, run_b])
-                run_a.result()
-                run_b.result()
-
-            asyncio.run(main())
+            _side_by_side(rt, (ids["a"], loop), (ids["b"], loop), holder.free)
             assert holder.locked.is_set()
-            assert 2 in b_while_held  # B's cycle 2 made durable with A's row held...
+            assert b_while_held == [1]  # B's cycle made durable with A's row held...
             assert holder.held_to_the_end == [False]  # ...and B drained before it went
-            for r, cycle in ((ids["a"], 2), (ids["b"], 2)):
+            for r, cycle in ((ids["a"], 2), (ids["b"], 1)):
                 assert rt.store.get_run(r).cycle == cycle
                 assert [e.kind for e in rt.store.events(r)].count("drained") == 1
     finally:
@@ -217,7 +231,7 @@ def test_a_compensation_journaled_while_its_row_is_locked_holds_no_other_run(
             holder.hold(ids["a"])  # A's compensation's journal writes, next, wait on its row
 
     def progress(rec: lw.RunRecord) -> None:
-        if rec.run_id == ids.get("b") and holder.locked.is_set() and not holder.gone.is_set():
+        if rec.run_id == ids.get("b") and holder.holding():
             b_while_held.append(rec.cycle)
 
     def payer(ctx: lw.Context) -> lw.Proposal:
@@ -230,24 +244,16 @@ def test_a_compensation_journaled_while_its_row_is_locked_holds_no_other_run(
             await _until(holder.locked.is_set)  # (bounded: a stall guard)
         return lw.Proposal.edit("doc", {"a": ctx.cycle})
 
-    def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(passed=False, score=0.0)
-
     allow = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
     paying = lw.Loop(
         name="pay",
         actor=payer,
-        verifiers=[check],
+        verifiers=[_never],
         effects=(pay,),
         approvals=allow,
         contract=lw.Contract(budget=lw.Budget(max_cycles=4)),
     )
-    loop = lw.Loop(
-        name="other",
-        actor=other,
-        verifiers=[check],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=4)),
-    )
+    loop = _loop("other", other, 4)
     task = {"artifacts": {"doc": {"a": 0}}}
     try:
         with lw.Runtime(pg_url, on_progress=progress) as rt:
@@ -257,16 +263,7 @@ def test_a_compensation_journaled_while_its_row_is_locked_holds_no_other_run(
             ids["a"] = r.run_id
             ids["b"] = rt.create(loop, task, task_key="b")[0].run_id
             rt._on_phase = phase
-
-            async def main() -> None:
-                run_a = asyncio.create_task(rt.resume(ids["a"], paying))
-                run_b = asyncio.create_task(rt.resume(ids["b"], loop))
-                run_b.add_done_callback(lambda _t: holder.free.set())
-                await asyncio.wait([run_a, run_b])
-                run_a.result()
-                run_b.result()
-
-            asyncio.run(main())
+            _side_by_side(rt, (ids["a"], paying), (ids["b"], loop), holder.free)
             assert len(refunded) == 1
             assert b_while_held[-2:] == [3, 4]  # B's last cycles made durable with A's row held
             assert holder.held_to_the_end == [False]  # ...and B ended before it went
@@ -285,15 +282,7 @@ def test_a_resume_cancelled_while_its_lease_is_taken_in_a_thread_hands_it_back(
     TTL (an hour here)."""
     started, go = threading.Event(), threading.Event()
 
-    def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(passed=False, score=0.0)
-
-    loop = lw.Loop(
-        name="cancelled",
-        actor=lambda ctx: lw.Proposal.edit("doc", {"a": ctx.cycle}),
-        verifiers=[check],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
-    )
+    loop = _loop("cancelled", lambda ctx: lw.Proposal.edit("doc", {"a": ctx.cycle}), 2)
     with lw.Runtime(pg_url, lease_ttl_s=3600) as rt:
         run = rt.create(loop, {"artifacts": {"doc": {"a": 0}}}, task_key="c")[0].run_id
         take = rt.store.acquire_lease
