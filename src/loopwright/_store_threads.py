@@ -1,7 +1,8 @@
 """The threads the engine's store calls run in, off the event loop: lease renewals
 (``Runtime._heartbeat``) always, and, for a store whose writes can wait on another session's
 row lock (``Store.concurrent_writers``: PostgreSQL), a cycle's commits (``_group``), the lease's
-release and an effect's journal writes (evloop53).
+release and an effect's journal writes (evloop53); the lease taken as a run is resumed, the
+``drained`` and ``still_waiting`` events and a compensation's journal writes (pgloop54).
 
 One pool for the process's runtimes together, made at the first call and reused after, each
 thread made only when the others are busy. Not the event loop's default executor, which user
