@@ -2,18 +2,21 @@
 another session holds some of their rows locked for a while (evloop53b): what becomes of the
 other runs, their leases and their payments.
 
-    PYTHONPATH=src python bench/pg_rows_locked.py PG_BASE_URL [RUNS] [LOCKED] [POOL] [HOLD_S]
+    PYTHONPATH=src python bench/pg_rows_locked.py PG_BASE_URL [RUNS] [LOCKED] [POOL] [HOLD_S] [AT]
 
 Makes (and drops) a schema of its own. ``LOCKED`` runs each have their row locked by one other
-connection when their first payment is made, held ``HOLD_S`` seconds, then let go. Prints each
-run's outcome, the pool's failed requests (its 30 s timeout), the most runs not locked whose
-lease had lapsed at once while they ran, and payments made more than once.
+connection when their first payment is made (``AT`` = ``pay``, the default), or before they
+start, so that their lease take waits on it (``AT`` = ``take``, stop 54), held ``HOLD_S``
+seconds, then let go. Prints each run's outcome, the pool's failed requests (its 30 s
+timeout), the most runs not locked whose lease had lapsed at once while they ran, payments made
+more than once, and how many runs not locked ended while the lock was held.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -29,6 +32,7 @@ def main() -> None:
     runs, locked_n, pool, hold_s = (
         [int(a) for a in sys.argv[2:5]] + [40, 5, 3][len(sys.argv[2:5]) :]
     ) + [float(sys.argv[5]) if len(sys.argv) > 5 else 35.0]
+    at = sys.argv[6] if len(sys.argv) > 6 else "pay"
     schema = f"lw_bench_locked_{uuid.uuid4().hex[:8]}"
     sep = "&" if "?" in base else "?"
     url = f"{base}{sep}schema={schema}&pool_max={pool}"
@@ -39,11 +43,18 @@ def main() -> None:
     paid: Counter[str] = Counter()
     held: list[str] = []
     first_held: list[float] = []
+    let_go: list[bool] = []
+    free_ended_held = 0
+
+    def let_go_now() -> None:
+        if not let_go:
+            let_go.append(True)  # (first: a run ending meanwhile is not counted as held)
+            lock.rollback()
 
     @lw.effect("spend", name="pay", key=lambda a: a["invoice"])
     def pay(invoice: str, run: str, hold: bool) -> dict[str, Any]:
         paid[invoice] += 1
-        if hold and run not in held:
+        if hold and at == "pay" and run not in held:
             lock.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (run,)).fetchall()
             held.append(run)
             first_held.append(time.monotonic())
@@ -76,7 +87,7 @@ def main() -> None:
             w.execute(f'SET search_path TO "{schema}"')
             while not done.is_set():
                 if first_held and time.monotonic() - first_held[0] > hold_s:
-                    lock.rollback()
+                    let_go_now()
                 [(k,)] = w.execute(
                     "SELECT count(*) FROM runs WHERE status = 'running' AND NOT run_id = ANY(%s)"
                     " AND lease_expires_at < extract(epoch from clock_timestamp())",
@@ -88,9 +99,24 @@ def main() -> None:
     try:
         with lw.Runtime(url, lease_ttl_s=6) as rt:
 
+            def task(i: int) -> dict[str, Any]:
+                return {"n": i, "artifacts": {"doc": {"b": 0}}}
+
             async def one(i: int) -> Any:
-                task = {"n": i, "artifacts": {"doc": {"b": 0}}}
-                return await rt.run(loop, task, task_key=f"t{i}")
+                nonlocal free_ended_held
+                out = await rt.run(loop, task(i), task_key=f"t{i}")
+                if i >= locked_n and held and not let_go:
+                    free_ended_held += 1
+                return out
+
+            if at == "take":  # (the locked runs' rows held before any run starts)
+                for i in range(locked_n):
+                    run_id = rt.create(loop, task(i), task_key=f"t{i}")[0].run_id
+                    lock.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (run_id,))
+                    held.append(run_id)
+                first_held.append(time.monotonic())
+                # let go from a thread: a take waiting on the event loop stops the watcher too
+                threading.Timer(hold_s, let_go_now).start()
 
             async def drive() -> list[Any]:
                 done = asyncio.Event()
@@ -110,11 +136,15 @@ def main() -> None:
         outcomes = Counter(
             type(r).__name__ if isinstance(r, BaseException) else r.status for r in out
         )
-        print(f"runs {runs}, locked {locked_n} for {hold_s:.0f} s, pool_max {pool}: {took:.1f} s")
+        print(
+            f"runs {runs}, locked {locked_n} at {at} for {hold_s:.0f} s, pool_max {pool}: "
+            f"{took:.1f} s"
+        )
         print(f"  outcomes: {dict(outcomes)} ({len(held)} runs' rows locked)")
         print(f"  pool requests failed (timeout): {stats.get('requests_errors', 0)}")
         print(f"  most runs not locked with a lapsed lease at once: {lapsed_most}")
         print(f"  payments made more than once: {sum(1 for v in paid.values() if v > 1)}")
+        print(f"  runs not locked that ended while the lock was held: {free_ended_held}")
     finally:
         lock.close()
         with psycopg.connect(base, autocommit=True) as c:

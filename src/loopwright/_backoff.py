@@ -11,6 +11,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
+from ._store_threads import written
 from .store import NewEvent, Store
 
 if TYPE_CHECKING:
@@ -80,6 +81,6 @@ async def backoff(store: Store, ex: Execution, delay: float, what: str) -> None:
     while (left := end - time.monotonic()) > 0:
         if ex.draining is not None and ex.draining():
             event = NewEvent(ex.state.cycle, "drained", {"in_backoff_of": what, "lease": ex.token})
-            store.append_events(ex.run_id, [event])
+            await written(store, store.append_events, ex.run_id, [event])  # (pgloop54)
             raise Drained
         await asyncio.sleep(min(left, _DRAIN_POLL_S))

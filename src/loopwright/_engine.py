@@ -349,7 +349,7 @@ class Runtime(
         a lease this runtime's owner already holds (``Store.claim_runs``)."""
         held: list[tuple[str, int]] = [] if token is None else [(run_id, token)]
         try:
-            ready = self._ready(run_id, loop, token, held)
+            ready = await self._ready(run_id, loop, token, held)
         except BaseException:
             # A failure before the drive (a store read under the lease, a damaged checkpoint,
             # a lease handed in with a loop refused): the lease is handed back now, not held to
@@ -646,8 +646,8 @@ class Runtime(
                     # decide (a run left claimable was taken by every worker's poll; attack47)
                     self._commit(ex, None, {"status": "awaiting_approval"})
                     return
-                self.store.append_events(ex.run_id, ex.events)
-                ex.events = []
+                said, ex.events = ex.events, []
+                await written(self.store, self.store.append_events, ex.run_id, said)
                 return
             ex.state.notes.extend(notes)
             # a person's edit made while they waited is judged next (``_edit_check``)
@@ -741,11 +741,11 @@ class Runtime(
             if self._draining:
                 # Shutting down: the run stays resumable from this checkpoint; the lease is
                 # released on the way out, so another worker can take it at once.
-                self.store.append_events(
-                    ex.run_id,
-                    [*ex.events, NewEvent(ex.state.cycle, "drained", {"lease": ex.token})],
-                )
-                ex.events = []
+                # (from a thread on PostgreSQL: waiting on the run's row held by another
+                # session, it held every run of the event loop; pgloop54)
+                said, ex.events = ex.events, []
+                drained = NewEvent(ex.state.cycle, "drained", {"lease": ex.token})
+                await written(self.store, self.store.append_events, ex.run_id, [*said, drained])
                 return
             # (the first cycle after a person's edit only judges it: ``_edit_check``; no
             # attempt, so a cycle cap reached does not stop it, a budget used up does)

@@ -11,6 +11,7 @@ live in the modules named beside them).
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import ConflictError
 from ._group import GroupCommitter, GroupRecall
 from ._memory import FeedbackMemory
+from ._store_threads import in_store_thread, store_threads
 from .store import Approval, ClosedApproval, NewApproval, RunRecord, Store
 
 if TYPE_CHECKING:
@@ -61,9 +63,41 @@ class RuntimeHost:
         while another executor holds it. The store lets an owner take its own lease again: a
         person's edit through the runtime executing the run fenced that execution out
         mid-cycle (``StaleLeaseError``, the run left running with no holder; attack47)."""
+        self._refuse_driven(run_id)
+        return self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s)
+
+    def _refuse_driven(self, run_id: str) -> None:
         if run_id in self._driving:
             raise ConflictError(f"run {run_id} is being executed by this runtime ({self.owner})")
-        return self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s)
+
+    async def _lease_to_drive(self, run_id: str) -> int:
+        """``_take_lease`` for a run this runtime resumes: in a store thread where a write can
+        wait on a row lock (``Store.concurrent_writers``: PostgreSQL), so that a take waiting
+        on the run's row held by another session (a person in psql, the dashboard) holds no
+        other run of the event loop (pgloop54); here otherwise (SQLite). The run counts as
+        driven from the take's start: another operation of this runtime on it (a person's
+        edit, a second resume) is refused meanwhile, as once it is driven (attack47). A take
+        that ends after its caller was cancelled is handed back."""
+        if not self.store.concurrent_writers:
+            return self._take_lease(run_id)
+        self._refuse_driven(run_id)
+        self._driving[run_id] += 1
+        try:
+            return await in_store_thread(
+                self.store.acquire_lease,
+                run_id,
+                self.owner,
+                self.lease_ttl_s,
+                orphaned=functools.partial(self._hand_back, run_id),
+            )
+        finally:
+            self._driving[run_id] -= 1
+            if self._driving[run_id] <= 0:
+                del self._driving[run_id]
+
+    def _hand_back(self, run_id: str, token: int) -> None:
+        # (fenced by the token; refused on the row still locked, it lapses at its TTL)
+        store_threads().submit(self.store.release_lease, run_id, token)
 
     def _lease_or_refused(
         self, run_id: str, who: str, action: str, *, origin: str, busy: str, **detail: Any

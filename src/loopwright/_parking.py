@@ -28,6 +28,7 @@ from ._proposal import Proposal, Verdict
 from ._question import Question
 from ._redact import redact
 from ._state import TaskState
+from ._store_threads import written
 from .store import NewApproval, NewEvent
 from .store._records import past_expiry
 
@@ -167,11 +168,9 @@ class Parking(RuntimeHost):
             # (decided meanwhile, by a person or a worker recording its expiry: that decision)
             req = expire(self.store, req) or self.store.approval(req.approval_id) or req
         if req.status == "pending":
-            self.store.append_events(
-                ex.run_id,
-                [*ex.events, NewEvent(s.cycle, "still_waiting", {"approval_id": req.approval_id})],
-            )
-            ex.events = []
+            said, ex.events = ex.events, []
+            waiting = NewEvent(s.cycle, "still_waiting", {"approval_id": req.approval_id})
+            await written(self.store, self.store.append_events, ex.run_id, [*said, waiting])
             return True
         n = int(pend["cycle"])
         # The decided cycle is this execution's to finish: one that ends with no record of its

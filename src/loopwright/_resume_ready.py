@@ -13,6 +13,7 @@ from ._exec import fit_history
 from ._host import RuntimeHost
 from ._loop import Loop, check_loop, other_loop
 from ._state import TaskState
+from ._store_threads import written
 from .store import Event, RunRecord, Store
 
 if TYPE_CHECKING:
@@ -30,17 +31,20 @@ class Resuming(RuntimeHost):
 
         def result(self, run_id: str) -> RunResult: ...  # _engine.Runtime
 
-    def _ready(
+    async def _ready(
         self, run_id: str, loop: Loop, token: int | None, held: list[tuple[str, int]]
     ) -> RunResult | tuple[_Exec, RunRecord]:
         """``resume`` up to its drive: the run's result when there is nothing to drive, else
-        its execution under the lease (``token``, or one taken here and added to ``held``)."""
+        its execution under the lease (``token``, or one taken here and added to ``held``).
+        Its writes (the lease taken, or handed back) are made off the event loop where they
+        can wait on a row lock (``_store_threads.written``, pgloop54); its reads are not
+        (PostgreSQL's reads wait on no row lock)."""
         check_loop(loop)
         rec = self.store.get_run(run_id)
         held[:] = [(rec.run_id, t) for _, t in held]  # (the run's id, not a prefix of it)
         if other_loop(loop, rec.loop_name, rec.spec_ref):
             if token is not None:
-                self.store.release_lease(rec.run_id, token)
+                await written(self.store, self.store.release_lease, rec.run_id, token)
             # Another loop's actor, verifiers and contract would go on with this run's state (as
             # a fork with another loop is refused); a renamed spec is the same file: let through.
             raise ConfigError(
@@ -51,10 +55,10 @@ class Resuming(RuntimeHost):
             )
         if rec.status in TERMINAL_STATUSES and not _compensating(self.store, rec.run_id):
             if token is not None:
-                self.store.release_lease(rec.run_id, token)
+                await written(self.store, self.store.release_lease, rec.run_id, token)
             return self.result(rec.run_id)
         if token is None:
-            token = self._take_lease(rec.run_id)
+            token = await self._lease_to_drive(rec.run_id)
             held.append((rec.run_id, token))
             # Read again under the lease: the run may have ended between the read above and
             # the lease (a worker finished it, a person cancelled it, each releasing its lease).
@@ -62,7 +66,7 @@ class Resuming(RuntimeHost):
             # again) and a cancelled one un-cancelled and run (attack47).
             rec = self.store.get_run(rec.run_id)
             if rec.status in TERMINAL_STATUSES and not _compensating(self.store, rec.run_id):
-                self.store.release_lease(rec.run_id, token)
+                await written(self.store, self.store.release_lease, rec.run_id, token)
                 return self.result(rec.run_id)
         ck = self.store.latest_checkpoint(rec.run_id)
         ex = _Exec(

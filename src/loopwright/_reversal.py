@@ -33,6 +33,7 @@ from ._errors import EffectReused
 from ._exec import Execution
 from ._loop import Loop
 from ._policy import ApprovalPolicy
+from ._store_threads import written
 from .store import EffectReuse, JournalEntry, NewApproval, NewEvent, Store
 from .store._records import past_expiry
 
@@ -362,7 +363,7 @@ def _undone(
     }
 
 
-def _unless_refused(
+async def _unless_refused(
     store: Store, ex: Execution, outcome: EffectOutcome, what: str
 ) -> EffectOutcome:
     """A failed compensation as it stands: failed when it was refused (its failure ``spent``:
@@ -378,7 +379,9 @@ def _unless_refused(
         f"{outcome.cause}; the failure may have come after it acted, so {what} may be "
         "undone — check whether it was"
     )
-    store.journal_put(
+    await written(
+        store,
+        store.journal_put,
         ex.run_id,
         ex.token,
         key=jkey,
@@ -403,7 +406,7 @@ def _unless_refused(
     return dataclasses.replace(outcome, status="in_doubt", cause=cause)
 
 
-def _mark_undo(
+async def _mark_undo(
     store: Store,
     ex: Execution,
     orig: JournalEntry,
@@ -416,7 +419,9 @@ def _mark_undo(
     the action standing (``done``, with its result). ``told``: the runs reusing the action a
     person was told of; its undoing starts only if no other run reused it (``EffectReused``)."""
     data = {"name": orig.data.get("name"), "result": orig.data.get("result")}
-    store.journal_put(
+    await written(
+        store,
+        store.journal_put,
         ex.run_id,
         ex.token,
         key=f"undo:{orig.key.removeprefix('effect:')}",
@@ -522,7 +527,7 @@ async def run_compensations(
             # charge, reported paid) while the compensation runs, nor after a crash left it
             # unsettled; the outcome below settles the claim.
             try:
-                _mark_undo(store, ex, orig[0], "undoing", claim, told=_told(o))
+                await _mark_undo(store, ex, orig[0], "undoing", claim, told=_told(o))
             except EffectReused as exc:
                 # reused between the read above and this write (which reads under the claim's
                 # lock): nothing of it written; those before it ran (journaled: a resume
@@ -536,19 +541,21 @@ async def run_compensations(
             store, ex, cycle, comp, call, fixed=(comp.key_for(ex.run_id, cycle, call), False)
         )
         if outcome.status == "failed":
-            outcome = _unless_refused(store, ex, outcome, f"{o['effect']} ({handed})")
+            outcome = await _unless_refused(store, ex, outcome, f"{o['effect']} ({handed})")
         if outcome.status == "failed" and claim is not None:
             # refused: not undone, the action stands, and another run asking for it reuses
             # its result
-            _mark_undo(store, ex, orig[0], "done", claim)
+            await _mark_undo(store, ex, orig[0], "done", claim)
         if outcome.status == "done":
             # The original is undone: a later request with its key runs again (next generation).
             if claim is not None:
-                _mark_undo(store, ex, orig[0], "compensated", claim)
+                await _mark_undo(store, ex, orig[0], "compensated", claim)
             if orig:
                 # ...and so may another run: the store-wide claim of a business key (the
                 # ``action`` its journal entry names) is freed
-                store.journal_put(
+                await written(
+                    store,
+                    store.journal_put,
                     ex.run_id,
                     ex.token,
                     key=orig[0].key,

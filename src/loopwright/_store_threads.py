@@ -1,7 +1,8 @@
 """The threads the engine's store calls run in, off the event loop: lease renewals
 (``Runtime._heartbeat``) always, and, for a store whose writes can wait on another session's
 row lock (``Store.concurrent_writers``: PostgreSQL), a cycle's commits (``_group``), the lease's
-release and an effect's journal writes (evloop53).
+release and an effect's journal writes (evloop53); the lease taken as a run is resumed, the
+``drained`` and ``still_waiting`` events and a compensation's journal writes (pgloop54).
 
 One pool for the process's runtimes together, made at the first call and reused after, each
 thread made only when the others are busy. Not the event loop's default executor, which user
@@ -61,18 +62,29 @@ def store_threads() -> ThreadPoolExecutor:
 
 
 async def in_store_thread(
-    fn: Callable[..., _T], *args: Any, resting: Callable[[bool], None] | None = None
+    fn: Callable[..., _T],
+    *args: Any,
+    resting: Callable[[bool], None] | None = None,
+    orphaned: Callable[[_T], object] | None = None,
 ) -> _T:
     """``fn(*args)`` in a store thread, awaited; tried again after a pause while it is refused
     on a row another session holds locked (``RowLocked``: nothing of it was written).
-    ``resting(True)`` is called as each pause starts, ``resting(False)`` as it ends."""
+    ``resting(True)`` is called as each pause starts, ``resting(False)`` as it ends.
+    ``orphaned``: given (on the event loop) what a call returns that ended after its caller
+    was cancelled, which no cancellation stops (a lease taken: handed back); a cancellation
+    during a pause leaves nothing written."""
     loop = asyncio.get_running_loop()
     pause = _FIRST_PAUSE_S
     while True:
+        call = loop.run_in_executor(store_threads(), fn, *args)
         try:
-            return await loop.run_in_executor(store_threads(), fn, *args)
+            return await (call if orphaned is None else asyncio.shield(call))
         except RowLocked:
             pass
+        except asyncio.CancelledError:
+            if orphaned is not None:
+                call.add_done_callback(functools.partial(_hand_to, orphaned))
+            raise
         if resting is not None:
             resting(True)
         try:
@@ -81,6 +93,11 @@ async def in_store_thread(
             if resting is not None:
                 resting(False)
         pause = min(pause * 2, _LAST_PAUSE_S)
+
+
+def _hand_to(orphaned: Callable[[Any], object], call: asyncio.Future[Any]) -> None:
+    if not call.cancelled() and call.exception() is None:
+        orphaned(call.result())
 
 
 async def written(store: Store, fn: Callable[..., _T], /, *args: Any, **kw: Any) -> _T:
