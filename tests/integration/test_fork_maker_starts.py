@@ -212,3 +212,35 @@ def test_a_pg_store_of_an_earlier_release_holds_its_unstarted_forks(pg_url: str)
             [],
         )
         assert "maker_starts = 0" in where, where
+
+
+def test_the_dashboards_rerun_not_started_is_left_and_says_how_to_start_it(
+    tmp_path: Path,
+) -> None:
+    # A rerun asked not to start (``"start": false``) is a fork like any: no worker takes it,
+    # and the run page and the API say how to start it.
+    from fastapi.testclient import TestClient
+
+    from loopwright.web import create_app
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with lw.Runtime(url) as rt:
+        r, loop, bank = _paid_run(rt)
+    token = "server-token-0123456789"
+    c = TestClient(create_app(url, token=token), base_url="http://127.0.0.1")
+    got = c.post(
+        f"/api/runs/{r.run_id}/rerun",
+        json={"at_cycle": 0, "start": False},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert got.status_code == 200, got.text
+    new = got.json()["run"]["run_id"]
+    with lw.Runtime(url) as rt:
+        assert rt.store.get_run(new).maker_starts
+        assert _poll_once(rt, loop) == []
+        assert rt.store.get_run(new).status == "pending"
+    assert len(bank.executed) == 1
+    said = f"fork, not started: start it with Runtime.resume({new[:12]!r}, loop)"
+    assert said.replace("'", "&#39;") in c.get(f"/runs/{new}").text
+    assert c.get(f"/api/runs/{new}").json()["run"]["stop_words"].startswith(said)
+    assert c.get(f"/api/runs/{new}").json()["run"]["maker_starts"] is True
