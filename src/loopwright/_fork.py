@@ -62,6 +62,7 @@ class Forking(RuntimeHost):
         task_key: str | None = None,
         by: str | None = None,
         origin: str = "python",
+        queue: bool = False,
     ) -> RunRecord:
         """A new run from the state ``run_id`` had after cycle ``at_cycle`` (0: its start),
         linked to it (``forked_from``/``forked_at``). ``contract`` (else ``loop``'s, else the
@@ -70,13 +71,17 @@ class Forking(RuntimeHost):
         with users; they are the new run's requester). The origin's effects up to the cycle
         are inherited, never done again; those after it with a run-scoped key (no ``key=``)
         are done again if the fork's cycles ask for them: a warning on the
-        ``loopwright.runs`` logger names them."""
+        ``loopwright.runs`` logger names them. No worker claims the fork until it is started
+        with ``resume`` (it is made to be edited or reviewed first), unless ``queue``: then
+        any worker serving the store may start it at once."""
         given = check_key(task_key) if task_key is not None else None
         check_loop(loop, optional=True)
         if contract is not None and not isinstance(contract, Contract):
             raise ConfigError(
                 f"must be a loopwright.Contract, got {type(contract).__name__}", field="contract"
             )
+        if not isinstance(queue, bool):
+            raise ConfigError("must be True or False", field="queue")
         if isinstance(at_cycle, bool) or not isinstance(at_cycle, int) or at_cycle < 0:
             # (before the audit: a call refused for its arguments is no fork "allowed")
             raise ConfigError("must be a cycle number (0 or more)", field="at_cycle")
@@ -84,7 +89,7 @@ class Forking(RuntimeHost):
         on = f"run {rec.run_id}"
         who = may_operate(self.store, by, "fork", on, origin=origin)
         try:
-            new = self._fork(rec, at_cycle, contract, loop, given, by)
+            new = self._fork(rec, at_cycle, contract, loop, given, by, queue)
         except ConfigError as exc:
             # (a fork refused for what it asked — a cycle the run has not, another loop, a
             # taken key — was audited "allowed" first, though no run was made)
@@ -118,6 +123,7 @@ class Forking(RuntimeHost):
         loop: Loop | None,
         given: str | None,
         by: str | None,
+        queue: bool = False,
     ) -> RunRecord:
         if loop is not None and other_loop(loop, rec.loop_name, rec.spec_ref):
             # Another loop's actor, contract and memory scope are not this run's: its state
@@ -195,9 +201,17 @@ class Forking(RuntimeHost):
         # inherited is read up to it (trace._exports), not found by comparing the origin's
         # checkpoint times with the fork's, which two hosts' clocks may write apart. A store
         # whose create_run predates fork_seq is asked again without it (then found by time).
-        made: tuple[RunRecord, bool] | None = with_newer(
-            self.store.create_run, args, {**copied, "fork_seq": ck.seq}
-        )
+        # Its maker's to start (no worker claims it) unless queued; a store whose create_run
+        # predates the mark is asked again without it (its workers claim the fork, as before).
+        made: tuple[RunRecord, bool] | None = None
+        if not queue:
+            made = with_newer(
+                self.store.create_run,
+                args,
+                {**copied, "fork_seq": ck.seq, "maker_starts": True},
+            )
+        if made is None:
+            made = with_newer(self.store.create_run, args, {**copied, "fork_seq": ck.seq})
         if made is None:
             made = with_newer(self.store.create_run, args, copied)
         if made is None:

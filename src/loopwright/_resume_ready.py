@@ -68,6 +68,10 @@ class Resuming(RuntimeHost):
             if rec.status in TERMINAL_STATUSES and not _compensating(self.store, rec.run_id):
                 await written(self.store, self.store.release_lease, rec.run_id, token)
                 return self.result(rec.run_id)
+        if rec.maker_starts:
+            # A fork nobody had started, started now by a person's resume: from here on it is
+            # any run, a worker's to go on with should this execution stop (its lease held).
+            self.store.mark_started(rec.run_id, token)
         ck = self.store.latest_checkpoint(rec.run_id)
         ex = _Exec(
             run_id=rec.run_id,

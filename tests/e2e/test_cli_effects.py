@@ -315,7 +315,7 @@ def test_rollback_of_a_run_started_from_python_says_what_it_could_not_offer(
     # so do fork and approve (a fork of it is started from Python too)
     assert main(["fork", rid, "--at-cycle", "0", "--key", "INV-7/f", "--store", db]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "run it from Python, with its loop: Runtime.resume(" in out, out
+    assert "start it from Python, with its loop: Runtime.resume(" in out, out
     assert "loopwright resume" not in out, out
     # and `approvals`, for a request of such a run
     parked = dataclasses.replace(

@@ -43,13 +43,22 @@ def fork(
         str | None, typer.Option("--key", help="The new run's task key (default: derived).")
     ] = None,
     by: ByOpt = None,
+    queue: Annotated[
+        bool,
+        typer.Option(
+            "--queue",
+            help="Let any worker serving the store start the fork at once (default: no worker "
+            "takes it until you start it with `loopwright resume NEW`, after any edit).",
+        ),
+    ] = False,
     store: StoreOpt = None,
     token: TokenOpt = None,
 ) -> None:
     """Fork RUN at a cycle: a new run whose state is RUN's after that cycle (accepted parts stay
     accepted), linked to it. Effects RUN did up to that cycle are inherited, never done again;
     those it did after it with a run-scoped key (no key=) are done again if the fork's cycles
-    ask for them (named on stderr). Run it with `loopwright resume`."""
+    ask for them (named on stderr). No worker starts the fork until you do, with `loopwright
+    resume NEW` (edit it first if you like); --queue leaves it to the workers."""
     from .._compare import contract_changes, merge_contract
     from .._contract import contract_from_snapshot
     from .._engine import Runtime
@@ -94,6 +103,7 @@ def fork(
                 task_key=key,
                 by=who,
                 origin="cli",
+                queue=queue,
             )
         # what the fork was given, as stored (a spend-only contract with its default ceiling)
         changed = contract_changes(rec.contract, new.contract)
@@ -110,7 +120,11 @@ def fork(
         # what the fork inherits, and what it may pay again (effects53b: a fork reaching the
         # cycle of a payment with a run-scoped key paid again, and nothing said so)
         say(f"{'warning' if again else 'note'}: {effects}", stderr=bool(again))
-    say(continue_hint(new, "run it"))
+    if queue:
+        say(f"queued: a worker serving the store starts it (or {continue_hint(new, 'start it')})")
+    else:
+        # (no worker claims it: it waits for its maker, after any edit)
+        say("not started, and no worker starts it: " + continue_hint(new, "start it"))
     if at_once is not None:
         say(at_once, stderr=True)
 

@@ -19,7 +19,7 @@ from .._decide import at_default_ceiling, record_no_attempt
 from .._edit_check import behind_text
 from .._lineage import Lineage, lineage_text
 from .._mid_cycle_records import asked_before_parked
-from ._table import STATUS_STYLE, interrupted, printable
+from ._table import STATUS_STYLE, interrupted, not_started, printable
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -477,6 +477,9 @@ def run_detail_parts(
     stalled = interrupted(rec, time.time() if now is None else now)  # as `runs` says it
     if stalled:
         head.add_row("", f"[yellow]{escape(stalled)}[/]")
+    waiting = not_started(rec)  # a fork no worker takes, as `runs` says it
+    if waiting:
+        head.add_row("", f"[yellow]{escape(waiting)}[/]")
     if rec.stop_reason:
         # a per-task cap (budget.max_cycles_key) is the cycle count the run stopped at
         own = rec.stop_reason == "budget_cycles" and contract.budget.max_cycles_key is not None

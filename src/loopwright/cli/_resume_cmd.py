@@ -91,8 +91,10 @@ def resume(
             targets = [r for r in rt.store.list_runs() if _resumable(rt.store, r)]
             # A fork never started is its maker's to start (after an edit, say): not driven
             # here, said below (polish52). A batch's runs `run` had not reached still are.
-            forks = [r for r in targets if r.status == "pending" and r.forked_from]
-            targets = [r for r in targets if not (r.status == "pending" and r.forked_from)]
+            # (marked so by the store, ``maker_starts``: one paused and unpaused before its
+            # start is parked, not pending; a store without the mark: pending forks, as before)
+            forks = [r for r in targets if _maker_starts(r)]
+            targets = [r for r in targets if not _maker_starts(r)]
         results: list[RunResult] = []
         from ._render import console, say, say_ended
 
@@ -163,6 +165,11 @@ def _forks_left(forks: list[RunRecord], out: Console) -> None:
         say(f"  {rec.run_id[:12]} ({rec.task_key}): " + continue_hint(rec, "start it"), out=out)
     if len(forks) > 5:
         say(f"  and {len(forks) - 5} more: loopwright runs --status pending{store_flag()}", out=out)
+
+
+def _maker_starts(rec: RunRecord) -> bool:
+    """A fork nobody has started: its maker's to start, not ``resume --all``'s."""
+    return rec.maker_starts or (rec.status == "pending" and rec.forked_from is not None)
 
 
 def _resumable(store: Store, rec: RunRecord) -> bool:

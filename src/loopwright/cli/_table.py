@@ -249,6 +249,16 @@ def interrupted(r: RunRecord, now: float) -> str | None:
     return f"interrupted? its lease ran out {_ago(r.lease_expires_at, now)}: {how}"
 
 
+def not_started(r: RunRecord) -> str | None:
+    """A fork nobody has started (``maker_starts``): no worker takes it, so its maker is told
+    how to start it (after any edit), or None."""
+    if not r.maker_starts or r.status not in ("pending", "awaiting_approval"):
+        return None  # (a cancelled fork is ended, not waiting to start)
+    from ._resume_cmd import continue_hint
+
+    return "fork, not started: " + continue_hint(r, "start it")
+
+
 def print_runs(
     runs: Sequence[RunRecord], total: int, *, width: int | None = None, now: float | None = None
 ) -> None:
@@ -259,7 +269,7 @@ def print_runs(
 
     here = time.time()
     now = here if now is None else now
-    why = [run_stop_cause(r) or interrupted(r, now) or "-" for r in runs]
+    why = [run_stop_cause(r) or interrupted(r, now) or not_started(r) or "-" for r in runs]
     rows = [
         (
             (r.run_id[:12], ""),
@@ -288,6 +298,13 @@ def print_runs(
     stalled = [(r, said) for r, said in stalled if said.startswith("interrupted?")]
     if any(len(printable(said)) > shown for _r, said in stalled):
         _resume_lines([r for r, _said in stalled], width)
+    # and a fork's way to start, as whole (its cell cut: "fork, not star…")
+    forks = [said for r, said in zip(runs, why, strict=True) if r.maker_starts]
+    forks = [said for said in forks if said.startswith("fork, not started")]
+    if any(len(printable(said)) > shown for said in forks):
+        _wrapped(forks[:5], width)
+        if len(forks) > 5:
+            _wrapped([f"and {len(forks) - 5} more fork(s) not started"], width)
     if total > len(runs):
         sys.stdout.write(f"… {total - len(runs)} more (use --limit N or --all)\n")
 
@@ -299,8 +316,6 @@ def _resume_lines(stalled: Sequence[RunRecord], width: int) -> None:
     """How to continue the interrupted runs ``stalled``, wrapped to ``width``: ``loopwright
     resume`` for a run started from a spec, ``Runtime.resume`` for one started from Python
     (``interrupted``'s words, which the table's cell cut)."""
-    import textwrap
-
     from ._options import store_flag
 
     lines = []
@@ -318,6 +333,13 @@ def _resume_lines(stalled: Sequence[RunRecord], width: int) -> None:
             f"interrupted, no process runs {'it' if one else 'them'}: {named}; "
             + how.format(it="it" if one else "each", run=run)
         )
+    _wrapped(lines, width)
+
+
+def _wrapped(lines: Sequence[str], width: int) -> None:
+    """``lines`` under the table, each wrapped to ``width``."""
+    import textwrap
+
     for line in lines:
         wrapped = textwrap.wrap(line, width=max(width, 20), break_on_hyphens=False)
         sys.stdout.write(printable("\n".join(wrapped)) + "\n")

@@ -24,9 +24,13 @@ from ._schema import (
     BACKFILL_FORK_REUSES,
     BACKFILL_GENERATIONS,
     BACKFILL_REUSES,
+    CLAIMABLE_SQLITE,
+    CLAIMABLE_V11,
     EFFECT_GENERATION,
     EFFECT_REUSES,
     EVENTS_NOTIFIED_SQL,
+    HOLD_UNSTARTED_FORKS,
+    MAKER_STARTS,
     MEMORY_REFLECTIONS_SQL,
 )
 
@@ -39,12 +43,13 @@ PG_TABLES = frozenset(
 )
 
 # Runnable by status (``PostgresStore.claim_runs``), but for a run in progress: waiting to
-# start, or parked with no pending request. The WHERE of the partial index runs_claimable, and a
-# term of the claim's query as is (the planner uses a partial index when the query's
+# start (not a fork its maker starts), or parked with no pending request; as SQLite's. The
+# WHERE of the partial index runs_claimable, and a term of the claim's query as is (the
+# planner uses a partial index when the query's
 # conditions imply its WHERE). A ``running`` run is not in it: its every commit moves
 # ``updated_at``, which would move its index entry (and rule out a HOT update) every cycle; the
 # few running runs a claim may take over (a lapsed lease) are read by status instead.
-CLAIMABLE_PG = "(status = 'pending' OR (status = 'awaiting_approval' AND open_requests = 0))"
+CLAIMABLE_PG = CLAIMABLE_SQLITE
 
 # The trigger function keeping ``runs.open_requests``: a request that becomes pending (inserted
 # so, or moved to another run) counts on its run, one that stops being pending (decided,
@@ -263,7 +268,7 @@ PG_MIGRATIONS: list[list[str]] = [
         "(SELECT run_id, count(*)::integer AS n FROM approvals WHERE status = 'pending' "
         "GROUP BY run_id) p ON p.run_id = r2.run_id "
         "WHERE r2.run_id = r.run_id AND r.open_requests IS DISTINCT FROM COALESCE(p.n, 0)",
-        f"CREATE INDEX IF NOT EXISTS runs_claimable ON runs(updated_at, run_id) WHERE {CLAIMABLE_PG}",
+        f"CREATE INDEX IF NOT EXISTS runs_claimable ON runs(updated_at, run_id) WHERE {CLAIMABLE_V11}",
     ],
     # v9: a run's task in a table of its own, as SQLite's v12 (one SQL core reads it there; a
     # TOASTed task was not copied by an update here, but the queries are the same).
@@ -299,4 +304,11 @@ PG_MIGRATIONS: list[list[str]] = [
     # v17: the pending requests that can expire, by expiry, as SQLite's v19: a worker's poll
     # records those expired on the server's clock, so the runs parked on them are claimed.
     [APPROVALS_EXPIRING_SQL],
+    # v18: a fork is its maker's to start, as SQLite's v20 (each step may run again).
+    [
+        MAKER_STARTS.format("IF NOT EXISTS"),
+        HOLD_UNSTARTED_FORKS,
+        "DROP INDEX IF EXISTS runs_claimable",
+        f"CREATE INDEX runs_claimable ON runs(updated_at, run_id) WHERE {CLAIMABLE_PG}",
+    ],
 ]

@@ -40,6 +40,7 @@ class RunsStore(ABC):
         copy_effects: tuple[str, int] | None = None,
         copy_rejected: tuple[str, int] | None = None,
         fork_seq: int | None = None,
+        maker_starts: bool | None = None,
     ) -> tuple[RunRecord, bool]:
         """Create a run with its first checkpoint (a full state, and its version rows), or
         return the existing run with that ``task_key``. Returns ``(run, created)``.
@@ -76,7 +77,13 @@ class RunsStore(ABC):
         (``from_run``, else ``inherited_from``, at the entry's ``generation``) is recorded,
         in that transaction, as reused by the fork (``effect_reuses``): the fork relies on it
         as a run that reused it does. ``created_by``: the person who started it, when known
-        (the requester, for separation of duties)."""
+        (the requester, for separation of duties).
+
+        ``maker_starts`` (a fork's): no worker claims the run (``claim_runs``) until someone
+        starts it (``mark_started``, which ``Runtime.resume`` calls under its lease): a fork
+        is made to be edited or reviewed first. A store whose ``create_run`` predates it is
+        not given it (``Runtime.fork`` asks through ``with_newer``); its forks are claimable
+        at once, as before."""
 
     @abstractmethod
     def get_run(self, run_id: str) -> RunRecord:
@@ -164,7 +171,8 @@ class RunsStore(ABC):
         cycles in flight, to do them again).
 
         Runnable: status ``pending`` or ``running``, or ``awaiting_approval`` with no pending
-        approval request (decided, so the run can go on); and the lease free (no owner, no
+        approval request (decided, so the run can go on), but never a run its maker starts
+        (``maker_starts``: a fork nobody has started); and the lease free (no owner, no
         expiry) or expired (``lease_expires_at < now``; ``now`` defaults to the store's clock —
         the database server's on PostgreSQL — and one passed in is used as is, a hook for
         tests). A claim is exactly an ``acquire_lease`` of each run: owner set, expiry ``now +
@@ -175,6 +183,13 @@ class RunsStore(ABC):
         Concurrent claimers (threads, processes, hosts) never claim the same run and never
         wait for each other's choice: PostgreSQL locks candidates with ``FOR UPDATE SKIP
         LOCKED``; SQLite claims in one ``BEGIN IMMEDIATE`` transaction."""
+
+    def mark_started(self, run_id: str, token: int) -> None:
+        """The run is started by whoever made it (``RunRecord.maker_starts`` cleared), under
+        the lease ``token`` they hold (a stale token writes nothing): from then on it is
+        claimable as any run. This default does nothing (a store without the mark has none to
+        clear)."""
+        return
 
     @abstractmethod
     def renew_lease(self, run_id: str, token: int, ttl_s: float) -> None:

@@ -73,6 +73,8 @@ class RunRecord:
     # its pending requests, as the store counts them (``runs.open_requests``); ``None``: a
     # store that does not say (a parked run may then wait on a request or on a resume)
     open_requests: int | None = None
+    # a fork nobody has started: no worker claims it until its maker starts it (``resume``)
+    maker_starts: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -100,6 +102,7 @@ class RunRecord:
             "forked_from": self.forked_from,
             "forked_at": self.forked_at,
             "created_by": self.created_by,
+            "maker_starts": self.maker_starts,
         }
 
 

@@ -7,14 +7,18 @@ from ._live import NOTIFIED, notified_key_index
 from ._people_schema import PEOPLE_SQLITE
 
 __all__ = [
+    "ADD_MAKER_STARTS",
     "APPROVALS_EXPIRING_SQL",
     "BACKFILL_CLAIMS",
     "BACKFILL_FORK_REUSES",
     "BACKFILL_GENERATIONS",
     "CLAIMABLE_SQLITE",
+    "CLAIMABLE_V11",
     "EFFECT_GENERATION",
     "EVENTS_NOTIFIED_SQL",
     "EXPIRING",
+    "HOLD_UNSTARTED_FORKS",
+    "MAKER_STARTS",
     "MEMORY_REFLECTIONS_SQL",
     "RUN_TASK",
     "RUN_TASKS_SQL",
@@ -76,12 +80,36 @@ BACKFILL_REUSES = "-- loopwright: the reuses of done claims runs journaled befor
 BACKFILL_FORK_REUSES = "-- loopwright: the forks that inherited done claims before"
 
 # Runnable by status (``Store.claim_runs``) on SQLite, but for a run in progress: waiting to
-# start, or parked with no pending request. The WHERE of the partial index runs_claimable, and a
+# start (not a fork its maker starts: ``MAKER_STARTS``), or parked with no pending request. The WHERE of the partial index runs_claimable, and a
 # term of the claim's query as is (SQLite uses a partial index only for a query that states its
 # condition). A ``running`` run is not in it: its every commit moves ``updated_at``, and so
 # would move its entry (one more index page written every cycle, on the engine's hot path);
 # the few running runs a claim may take over (a lapsed lease) are read by status instead.
-CLAIMABLE_SQLITE = "(status = 'pending' OR (status = 'awaiting_approval' AND open_requests = 0))"
+CLAIMABLE_SQLITE = (
+    "(maker_starts = 0 AND (status = 'pending' OR (status = 'awaiting_approval' AND "
+    "open_requests = 0)))"
+)
+# As v11 wrote it (PostgreSQL's v8), before forks were left to their makers: those steps build
+# the index so, v20 (v18) builds it again with the column.
+CLAIMABLE_V11 = "(status = 'pending' OR (status = 'awaiting_approval' AND open_requests = 0))"
+
+# A run its maker starts (SQLite's v20, PostgreSQL's v18): a fork is made to be edited or
+# reviewed first, so no worker claims it until whoever made it resumes it (``Runtime.resume``
+# clears the mark, ``Store.mark_started``) or it was made for the pool (``fork(queue=True)``).
+# ``{}``: PostgreSQL's IF NOT EXISTS (a store put back to an earlier version by a test).
+MAKER_STARTS = "ALTER TABLE runs ADD COLUMN {} maker_starts INTEGER NOT NULL DEFAULT 0"
+# SQLite's step for it, run in Python (``MigrationsSQL._apply_migrations``): the column added
+# unless there (SQLite has no ADD COLUMN IF NOT EXISTS; a store put back to an earlier version
+# by a test runs the step again).
+ADD_MAKER_STARTS = "-- loopwright: runs.maker_starts, unless the column is there"
+# The forks an earlier release made and nothing has started (no ``started`` or ``resumed``
+# event: read by events_run, a few rows a fork) are marked so: a worker after the upgrade
+# would start them before their maker's edit, as ``resume --all`` already leaves them.
+HOLD_UNSTARTED_FORKS = (
+    "UPDATE runs SET maker_starts = 1 WHERE forked_from IS NOT NULL "
+    "AND status IN ('pending', 'awaiting_approval') AND NOT EXISTS (SELECT 1 FROM events e "
+    "WHERE e.run_id = runs.run_id AND e.kind IN ('started', 'resumed'))"
+)
 
 # Pending requests that can expire (SQLite's v19, PostgreSQL's v17): the WHERE of the partial
 # index approvals_expiring, and a term of ``expired_requests``' query as is. A worker's poll
@@ -426,7 +454,7 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         "WHERE run_id = old.run_id AND old.status = 'pending'; "
         "UPDATE runs SET open_requests = open_requests + 1 "
         "WHERE run_id = new.run_id AND new.status = 'pending'; END",
-        f"CREATE INDEX runs_claimable ON runs(updated_at, run_id) WHERE {CLAIMABLE_SQLITE}",
+        f"CREATE INDEX runs_claimable ON runs(updated_at, run_id) WHERE {CLAIMABLE_V11}",
     ],
     # v12: a run's task in a table of its own (``RUN_TASK``). SQLite writes a row whole when
     # any column changes, and a run's row changes every cycle: a task holding a 2 MB document
@@ -468,4 +496,14 @@ SQLITE_MIGRATIONS: list[list[str]] = [
     # enters runs_claimable. Before, expiry was recorded only when someone resumed the run or
     # tried to decide the request, and ``loopwright worker`` left the run parked for ever.
     [APPROVALS_EXPIRING_SQL],
+    # v20: a fork is its maker's to start (``MAKER_STARTS``): every worker claimed every
+    # ``pending`` run, so a fork made to be edited first was started on a store a pool serves
+    # before its maker could edit it, its effects run. ``runs_claimable`` is built again with
+    # the mark in its WHERE (CLAIMABLE_SQLITE, as the claim says it).
+    [
+        ADD_MAKER_STARTS,
+        HOLD_UNSTARTED_FORKS,
+        "DROP INDEX IF EXISTS runs_claimable",
+        f"CREATE INDEX runs_claimable ON runs(updated_at, run_id) WHERE {CLAIMABLE_SQLITE}",
+    ],
 ]

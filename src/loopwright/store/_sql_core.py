@@ -212,6 +212,7 @@ class SQLCore(LiveSQL, PeopleSQL, Store):
             forked_at=row[26],
             created_by=row[27],
             open_requests=None if row[28] is None else n(row[28]),
+            maker_starts=bool(row[29]),
         )
 
     def _stored_object(self, raw: Any, run_id: str, seq: Any, column: str) -> dict[str, Any]:

@@ -15,10 +15,12 @@ from .._redact_logs import masked_logger
 from ._records import NewEvent
 from ._rows import event_row
 from ._schema import (
+    ADD_MAKER_STARTS,
     BACKFILL_CLAIMS,
     BACKFILL_FORK_REUSES,
     BACKFILL_GENERATIONS,
     BACKFILL_REUSES,
+    MAKER_STARTS,
 )
 from ._sql_core import SQLCore
 from ._sql_statements import JOURNAL_KEY, journal_key
@@ -73,6 +75,10 @@ class MigrationsSQL(SQLCore):
                     self._backfill_reuses(conn)
                 elif statement == BACKFILL_FORK_REUSES:
                     self._backfill_fork_reuses(conn)
+                elif statement == ADD_MAKER_STARTS:  # (SQLite's: PRAGMA names the columns)
+                    cols = {r[1] for r in conn.execute("PRAGMA table_info(runs)").fetchall()}
+                    if "maker_starts" not in cols:
+                        conn.execute(MAKER_STARTS.format(""))
                 else:
                     conn.execute(statement)
         conn.execute(self._q.set_schema_version, (str(latest),))

@@ -57,6 +57,7 @@ class RunsSQL(SQLCore):
         copy_effects: tuple[str, int] | None = None,
         copy_rejected: tuple[str, int] | None = None,
         fork_seq: int | None = None,
+        maker_starts: bool | None = None,
     ) -> tuple[RunRecord, bool]:
         now = time.time()
         q, js = self._q, self._js
@@ -113,7 +114,16 @@ class RunsSQL(SQLCore):
                 best = initial_state.get("best_score")
                 conn.execute(
                     q.set_forked,
-                    (*forked_from, forked_from[1], cost, tokens, seconds, best, run_id),
+                    (
+                        *forked_from,
+                        forked_from[1],
+                        cost,
+                        tokens,
+                        seconds,
+                        best,
+                        1 if maker_starts else 0,
+                        run_id,
+                    ),
                 )
                 row = conn.execute(q.run_by_id, (run_id,)).fetchone()
                 created["forked_from"] = {
@@ -123,6 +133,8 @@ class RunsSQL(SQLCore):
                 }
                 if fork_seq is not None:  # the origin's checkpoint it starts from
                     created["forked_from"]["seq"] = int(fork_seq)
+                if maker_starts:  # (no worker claims it: its maker starts it)
+                    created["maker_starts"] = True
             for e in inherited:
                 # the run that did it: a fork of a fork names the origin, not its parent
                 data = {**e.data, "inherited_from": e.data.get("inherited_from") or e.run_id}
@@ -355,6 +367,10 @@ class RunsSQL(SQLCore):
             cur = conn.execute(self._q.renew_lease, (self._expiry(ttl_s), run_id, token))
             if cur.rowcount != 1:
                 raise StaleLeaseError(f"run {run_id}: lease lost (token {token} is stale)")
+
+    def mark_started(self, run_id: str, token: int) -> None:
+        with self._tx() as conn:
+            conn.execute(self._q.mark_started, (run_id, token))
 
     def release_lease(self, run_id: str, token: int) -> None:
         with self._tx() as conn:

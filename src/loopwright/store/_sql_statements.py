@@ -22,7 +22,7 @@ RUN_COLS = (
     "run_id, task_key, loop_name, project, status, stop_reason, cycle, best_score, cost_usd, "
     f"tokens, seconds, spec_ref, loop_version, contract, {RUN_TASK}, packet, created_at, updated_at, "
     "ended_at, cancel_requested, lease_owner, lease_expires_at, fencing_token, last_seq, "
-    "held_out_passed, forked_from, forked_at, created_by, open_requests"
+    "held_out_passed, forked_from, forked_at, created_by, open_requests, maker_starts"
 )
 JOURNAL_COLS = "run_id, key, kind, cycle, status, data, attempts, created_at, updated_at"
 # The journal's key: every statement that finds one entry says ``JOURNAL_KEY`` and binds
@@ -34,15 +34,17 @@ def journal_key(run_id: str, key: str) -> tuple[str, ...]:
     return (run_id, key)
 
 
-# Runnable by status: in progress, or parked with no pending request (decided, so it can go
-# on). Each store's claim adds its own lease condition.
+# Runnable by status: in progress, or waiting to start (not a fork its maker starts), or parked
+# with no pending request (decided, so it can go on). Each store's claim adds its own lease
+# condition.
 #: A commit's events written by one multi-row INSERT up to this many (``insert_events``);
 #: more, by ``executemany`` (one statement text per count, each kept by the driver's cache).
 EVENTS_IN_ONE = 8
 
 RUNNABLE_STATUS = (
-    "(r.status IN ('pending', 'running') OR (r.status = 'awaiting_approval' AND NOT EXISTS "
-    "(SELECT 1 FROM approvals a WHERE a.run_id = r.run_id AND a.status = 'pending')))"
+    "(r.status = 'running' OR (r.maker_starts = 0 AND (r.status = 'pending' OR "
+    "(r.status = 'awaiting_approval' AND NOT EXISTS "
+    "(SELECT 1 FROM approvals a WHERE a.run_id = r.run_id AND a.status = 'pending')))))"
 )
 
 
@@ -93,7 +95,11 @@ class CoreStatements:
         # inherits (its budget goes on counting them; metrics subtract them: _inherited.py).
         self.set_forked = p(
             "UPDATE runs SET forked_from=?, forked_at=?, cycle=?, cost_usd=?, tokens=?, "
-            "seconds=?, best_score=? WHERE run_id=?"
+            "seconds=?, best_score=?, maker_starts=? WHERE run_id=?"
+        )
+        # Its maker started it (``Store.mark_started``): under the lease they hold.
+        self.mark_started = p(
+            "UPDATE runs SET maker_starts=0 WHERE run_id=? AND fencing_token=? AND maker_starts<>0"
         )
         self.insert_first_checkpoint = p(
             f"INSERT INTO checkpoints({INSERT_CHECKPOINT_COLS}) VALUES(?, 0, ?, ?, NULL, 0, ?, 0)"

@@ -232,6 +232,14 @@ def stop_words(rec: RunRecord, approvals: list[Approval] | None = None) -> str:
             return explain(rec.stop_reason, contract, spent=spent, at_default=at_default)
         except Exception:  # an older contract shape must not break the page
             return rec.stop_reason
+    if rec.maker_starts and rec.status == "pending":
+        # no worker takes a fork nobody has started: its maker does, after any edit
+        how = (
+            f"loopwright resume {rec.run_id[:12]}"
+            if rec.spec_ref
+            else f"Runtime.resume({rec.run_id[:12]!r}, loop)"
+        )
+        return f"fork, not started: start it with {how} (no worker takes it until then)"
     return {
         "awaiting_approval": "waiting for a person to decide a request (see Approvals)",
         "running": "running",
