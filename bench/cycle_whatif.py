@@ -51,6 +51,11 @@ import cycle_instructions
 from loopwright import _checkpoint, _cycle, _engine, _redact
 from loopwright import _state_codec as codec
 
+try:  # the loop of cycles, ``_drive``: in ``_driving`` since stop 54, ``_engine`` before
+    from loopwright import _driving as _drive_home
+except ImportError:
+    _drive_home = _engine  # type: ignore[assignment]
+
 
 def _same(obj: Any, **_: Any) -> Any:
     return obj
@@ -81,10 +86,10 @@ def _no_yield() -> None:
     async def sleep(_delay: float) -> None:
         return None
 
-    _engine.asyncio = types.SimpleNamespace(  # type: ignore[assignment]
+    _drive_home.asyncio = types.SimpleNamespace(  # type: ignore[assignment]
         **{k: getattr(asyncio, k) for k in dir(asyncio) if not k.startswith("__")}
     )
-    _engine.asyncio.sleep = sleep  # type: ignore[attr-defined]
+    _drive_home.asyncio.sleep = sleep  # type: ignore[attr-defined]
 
 
 def _no_copies() -> None:

@@ -3,7 +3,8 @@
 
 ``Cycle._cycle`` is where a cycle starts; it hands the proposal on to ``_apply`` / ``_conclude``
 (``_conclude``: effects, decision; then ``_checkpoint``'s commit) or to ``_park``
-(``_parking``: a person must decide). The helpers that build the candidate state live here too.
+(``_parking``: a person must decide). The candidate state the verifiers judge is built by
+``_candidate_state``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from . import _decide as rules
 from ._actor_context import HELD_OUT_KEY, ActorContext
 from ._call_billing import charge
 from ._call_retry import call_with_retry
+from ._candidate_state import _candidate, _copies
 from ._effects import EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
@@ -32,11 +34,11 @@ from ._exec import (
 )
 from ._frozen import twin_of
 from ._gates import _approved, _effect, approved_as_reuses, given_keys, reuse_gone
-from ._plan import STEP_STATUSES, check_new_steps
+from ._plan import check_new_steps
 from ._proposal import Proposal, Verdict
 from ._question import Question
 from ._redact import redact
-from ._state import Finding, PlanStep, TaskState, Version, VersionLoader, same_value
+from ._state import Finding, Version, same_value
 from ._usage import Usage
 from .store import NewEvent
 
@@ -574,35 +576,3 @@ def _tagged(v: Verdict, findings: tuple[Finding, ...]) -> Verdict:
     out.__class__ = Verdict
     tagged: Verdict = out
     return tagged
-
-
-def _copies(
-    candidate: TaskState, loader: VersionLoader, proposal: Proposal, light: bool, settled: bool
-) -> tuple[TaskState, Proposal]:
-    """A verifier's arguments: its own copies of the candidate and of the proposal (whose
-    values the candidate shares; a settled proposal is its own copy, asked once a cycle)."""
-    return candidate.detached(loader, light=light), proposal if settled else proposal.owned()
-
-
-def _candidate(
-    state: TaskState, proposal: Proposal, n: int, changes: Sequence[Any] | None = None
-) -> TaskState:
-    """The state as it would be with ``proposal`` applied in cycle ``n`` (``state`` untouched);
-    ``changes``: its ``changes()``, where the caller has them."""
-    candidate = state.fork()
-    for e in proposal.changes() if changes is None else changes:
-        candidate.set_part(e.artifact, e.part, e.value, n)
-    _apply_plan(candidate, proposal)
-    return candidate
-
-
-def _apply_plan(state: TaskState, proposal: Proposal) -> None:
-    for step in proposal.new_steps:
-        # a step of our own (the actor's were checked as its proposal was taken,
-        # ``check_new_steps``; a stored proposal's are read as written)
-        state.add_step(PlanStep.from_dict(step.to_dict(), stored=True))
-    if not proposal.plan:
-        return  # most proposals (the default plan is a mappingproxy: its items cost more)
-    for step_id, status in proposal.plan.items():
-        if status in STEP_STATUSES:  # an unknown status is ignored, as ever
-            state.set_step_status(step_id, status)

@@ -5,14 +5,17 @@ adapter or interface. Each cycle ends in exactly one atomic commit (checkpoint, 
 row), fenced by the run's lease token, so a crash at any point resumes from the last whole
 cycle.
 
-This module holds the run lifecycle (run, resume, result, lease and heartbeat, the loop of
-cycles in ``_drive``). ``Runtime`` inherits the rest from one mixin per seam: ``_run_create``
+This module holds ``Runtime``: its arguments, run, run_many, resume (the execution's start and
+how it stopped), result and events. ``Runtime`` inherits the rest from one mixin per seam:
+``_resume_ready`` (what ``resume`` reads before it drives), ``_driving`` (``_drive``: what a
+resume owes before its first cycle, then the loop of cycles and their boundaries),
+``_lease_life`` (the heartbeat, and the wind-down that hands the lease back), ``_run_create``
 (``create``), ``_cycle`` (context → actor → verifiers; ``_edit_check``: the check-only cycle
 after a person's edit), ``_conclude`` (effects → decide), ``_checkpoint`` (the commit and its
-durability), ``_parking`` (approval requests and questions),
-``_finishing`` (ending a run), ``_reflection`` (the reflector's note, owed across a crash) and
-``_people`` (people's decisions, cancel, rollback). What ``result`` returns, and the state a
-result holds, is ``_result``'s; what ``resume`` reads before it drives, ``_resume_ready``'s.
+durability), ``_parking`` (approval requests and questions), ``_finishing`` (ending a run),
+``_reflection`` (the reflector's note, owed across a crash) and ``_people`` (people's
+decisions, cancel, rollback). What ``result`` returns, and the state a result holds, is
+``_result``'s.
 """
 
 from __future__ import annotations
@@ -24,21 +27,21 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, Literal, TypeVar
 
-from . import _decide as rules
 from ._backoff import Drained
 from ._checkpoint import Checkpoints
 from ._conclude import Concluding
 from ._contract import TERMINAL_STATUSES
 from ._cycle import HELD_OUT_KEY, Cycle
-from ._edit_check import EditCheck, owed_after, owes_check
+from ._driving import Driving
+from ._edit_check import EditCheck
 from ._errors import ConfigError, StaleLeaseError, StoreUnavailableError, check_seconds
-from ._exec import Execution as _Exec
 from ._exec import error_info
 from ._finishing import Finishing
 from ._fork import Forking
 from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
 from ._json import check_given_text
+from ._lease_life import LeaseLife
 from ._live_owners import hold_owner, release_owner
 from ._loop import Loop, check_loop
 from ._memory import FeedbackMemory
@@ -54,15 +57,13 @@ from ._result import (
     _lasting,
     _Read,  # noqa: F401  (results pickled before it moved name it here)
 )
-from ._resume_ready import LEASE_LOST, Resuming, crash_bound, crash_cause, crashes_at
+from ._resume_ready import Resuming
 from ._run_create import Creating
 from ._settle import Settling
 from ._store_folder import missing_schema_error, missing_store_folder
-from ._store_threads import in_store_thread, written
 from ._task_parts import say_ignored
 from ._usage import Usage
-from .store import DEFAULT_STORE, NewEvent, RunRecord, Store, open_store, resolve_store_url
-from .store._protocol_commit import RowLocked
+from .store import DEFAULT_STORE, NewEvent, Store, open_store, resolve_store_url
 
 __all__ = ["HELD_OUT_KEY", "RunResult", "Runtime"]
 
@@ -75,6 +76,8 @@ def _owner() -> str:
 
 class Runtime(
     Resuming,
+    Driving,
+    LeaseLife,
     Creating,
     Cycle,
     EditCheck,
@@ -433,7 +436,7 @@ class Runtime(
                 self._driving[rec.run_id] -= 1
                 if self._driving[rec.run_id] <= 0:
                     del self._driving[rec.run_id]
-        # A store failure leaves the run as its last durable checkpoint has it; its lease        # A store failure leaves the run as its last durable checkpoint has it; its lease
+        # A store failure leaves the run as its last durable checkpoint has it; its lease
         # expires (or was handed back) and any worker, or `resume`, goes on. Unless the commit
         # that failed ended (or parked) it, durable with its answer lost: then the run ended
         # here and its result is returned (pg52: a worker counted it interrupted, "resume it",
@@ -445,59 +448,6 @@ class Runtime(
                 f"it when the store is back (loopwright resume {rec.run_id})"
             ) from unavailable
         return self.result(rec.run_id)
-
-    async def _wind_down(
-        self, ex: _Exec, beat: asyncio.Task[None], opened: int, alive: str | None
-    ) -> bool:
-        """``resume``'s end: its commits settled, its heartbeat stopped, its stop said, its
-        lease handed back; whether the store took the lease back."""
-        # Cancelled (again) meanwhile, each step is still taken, the release last, and the
-        # cancellation raised at the end. Here, in the run's task: a task of its own was
-        # cancelled before its first step by ``asyncio.run``'s teardown, and never ran.
-        cancelled = False
-        answered = False
-        try:
-            if self._active == 0:
-                self._recall_group = None  # nothing waits on it any more: no event loop
-            if self._active == 0 and self._group is not None:
-                group, self._group = self._group, None
-                with contextlib.suppress(Exception):
-                    await group.close()
-            elif self._group is not None:
-                # Other runs go on: this run's commits queued (one cancelled at its
-                # durability point stays queued) are written, or refused, before its
-                # lease is handed back, not after it by the committer (crash53b).
-                with contextlib.suppress(Exception):
-                    await self._group.settle(ex.run_id)
-        except asyncio.CancelledError:
-            cancelled = True
-        beat.cancel()
-        try:
-            await asyncio.wait([beat])  # (its outcome not raised; a cancellation of this is)
-        except asyncio.CancelledError:
-            cancelled = True
-        try:
-            if ex.seq > opened and (ex.lost or alive is not None):
-                why = LEASE_LOST if ex.lost else str(alive)
-                await written(self.store, _said_alive, self.store, ex, why)
-        except asyncio.CancelledError:
-            cancelled = True
-        if not ex.lost:
-            with contextlib.suppress(Exception):
-                try:
-                    if self.store.concurrent_writers and not cancelled:
-                        # (from a thread: a release waiting on the run's row lock held
-                        # every run of the event loop; evloop53)
-                        await in_store_thread(self.store.release_lease, ex.run_id, ex.token)
-                    else:  # (cancelled: here, where no cancellation reaches it)
-                        self.store.release_lease(ex.run_id, ex.token)
-                except asyncio.CancelledError:
-                    cancelled = True
-                    self.store.release_lease(ex.run_id, ex.token)  # (fenced: once)
-                answered = True
-        if cancelled:
-            raise asyncio.CancelledError
-        return answered
 
     def resume_sync(self, run_id: str, loop: Loop) -> RunResult:
         return _sync(self.resume(run_id, loop))
@@ -575,214 +525,6 @@ class Runtime(
         return follow_events_sync(
             self.store, run_id, after_seq=after_seq, follow=follow, until=until, poll_s=poll_s
         )
-
-    # --- internals ----------------------------------------------------------------------
-    def _ended_here(self, ex: _Exec, started: RunRecord) -> bool:
-        """Whether a commit of ``ex`` (its answer lost: the connection dropped after the server
-        committed) ended or parked its run: the store holds the run so, under ``ex``'s own
-        lease (a claim since would have raised the token), at a checkpoint newer than the one
-        ``ex`` started from (a run resumed from ``awaiting_approval`` that failed before its
-        first commit is not "parked here"). A store still failing: no."""
-        try:
-            now = self.store.get_run(ex.run_id)
-        except Exception:
-            return False
-        return (
-            now.fencing_token == ex.token
-            and now.status not in ("pending", "running")
-            and now.last_seq > started.last_seq
-        )
-
-    async def _heartbeat(self, ex: _Exec) -> None:
-        while True:
-            await asyncio.sleep(self.lease_ttl_s / 3)
-            try:
-                # In a thread, not on the event loop: a renewal waiting on its run's row lock
-                # (another process inside a transaction on that run: a cancel, the dashboard,
-                # frozen up to the server's idle timeout) stalled every run of the process, so
-                # their leases ran out under a live worker and were taken over mid-cycle (pg52).
-                # One cancelled in flight may land after the release: it writes nothing (a
-                # renewal needs the lease held under its token), its StaleLeaseError unread.
-                # In threads of the store's own (``_store_threads``), not the event loop's
-                # default executor (review52a).
-                await in_store_thread(self.store.renew_lease, ex.run_id, ex.token, self.lease_ttl_s)
-            except StaleLeaseError:
-                ex.lost = True
-                return
-            except StoreUnavailableError:
-                # a dropped connection or a locked store: try again at the next beat (ended
-                # here, the lease expired under the live run and another worker took it over)
-                continue
-
-    async def _drive(self, ex: _Exec, rec: RunRecord) -> None:
-        # An effect renews this lease before it starts and names its holder in the intent.
-        ex.lease_ttl_s, ex.owner = self.lease_ttl_s, self.owner
-        pend = ex.state.pending or {}
-        # Whether the last concluded cycle may be owed its reflection (a process that died
-        # between a cycle's commit and its reflection, or a cycle concluded just now by
-        # _settle_pending): asked once its commits are durable, at the first cycle boundary.
-        owed = False
-        if pend.get("stage") == "compensations":
-            from ._reversal import Reparked, run_compensations  # (rare: not at import)
-
-            notes = await run_compensations(self.store, ex, pend)
-            if isinstance(notes, Reparked):
-                # a refund other runs' acceptance stands on: a person decides, told of them
-                # (a cancelled run stays cancelled; its request is open)
-                ex.events.append(
-                    NewEvent(
-                        ex.state.cycle,
-                        "compensation_reused",
-                        {"requests": [a.approval_id for a in notes.requests]},
-                    )
-                )
-                parked = {} if rec.status in TERMINAL_STATUSES else {"status": "awaiting_approval"}
-                self._commit(ex, None, parked, approvals=notes.requests)
-                return
-            if notes is None:
-                ex.events.append(NewEvent(ex.state.cycle, "still_waiting", {}))
-                if rec.status in ("pending", "running"):
-                    # waiting for a person: parked, so no worker claims it again until they
-                    # decide (a run left claimable was taken by every worker's poll; attack47)
-                    self._commit(ex, None, {"status": "awaiting_approval"})
-                    return
-                said, ex.events = ex.events, []
-                await written(self.store, self.store.append_events, ex.run_id, said)
-                return
-            ex.state.notes.extend(notes)
-            # a person's edit made while they waited is judged next (``_edit_check``)
-            ex.state.pending = owed_after(pend)
-            bad = [n for n in notes if n["status"] in ("failed", "in_doubt")]
-            if rec.status in TERMINAL_STATUSES:
-                # A cancelled run stays cancelled; its packet says what was undone and what
-                # could not be.
-                packet = dict(rec.packet or {})
-                packet["compensations"] = notes
-                # (they ran: the cancel's word that they wait is taken out of the advice)
-                waiting = str(packet.pop("compensations_waiting", "") or "")
-                if waiting:
-                    advice = str(packet.get("recommended_action", ""))
-                    packet["recommended_action"] = advice.replace(waiting, "").strip()
-                    ex.state.next_action = ex.state.next_action.replace(waiting, "").strip()
-                if bad:
-                    causes = "; ".join(str(n.get("cause")) for n in bad)
-                    packet["recommended_action"] = (
-                        f"Undo by hand what the compensations could not ({causes}). "
-                        + str(packet.get("recommended_action", ""))
-                    ).strip()
-                self._commit(ex, None, {"packet": packet})
-                return
-            if bad:
-                self._finish(
-                    ex,
-                    "escalated",
-                    cause="compensation failed: " + "; ".join(str(n["cause"]) for n in bad),
-                    evidence={"compensations": notes},
-                )
-                return
-            if rec.cancel_requested:
-                self._cancel_now(ex, "cancelled before it resumed")
-                return
-            if self._pause_if_asked(ex, "running"):  # (its refunds' notes committed with it)
-                return
-            self._commit_status(ex, "running")
-        elif rec.cancel_requested:
-            self._cancel_now(ex, "cancelled before it resumed")
-            return
-        elif pend.get("stage") != "effects" and self._pause_if_asked(ex, rec.status):
-            # A person paused it: it parks before anything of a cycle starts (a cycle stopped
-            # in its effects finishes them first, and parks at the boundary after).
-            return
-        elif ex.state.pending is not None and not owes_check(ex.state.pending):
-            done = await self._settle_pending(ex)
-            if done:
-                return
-            owed = True
-        else:
-            if rec.status == "running":
-                # Its executor died mid-cycle (the run is resumed while ``running``): past the
-                # contract's crash bound at this cycle, ended instead of driven again.
-                crashes = crashes_at(self.store, ex.run_id, ex.state.cycle, ex.token)
-                bound = crash_bound(ex.contract)
-                if crashes > bound:
-                    at = ex.state.cycle + 1
-                    self._finish(
-                        ex,
-                        "escalated",
-                        cause=crash_cause(crashes, at, bound),
-                        evidence={"crashes": crashes, "cycle": at, "max_crashes": bound},
-                    )
-                    return
-            owed = True
-            self._commit_status(ex, "running")
-        reflect = False
-        # A cycle that goes on has been through _conclude, which asked stop_before_cycle of
-        # this same state: asked again only after a reflection (it spends time).
-        decided = False
-        while True:
-            # A cycle boundary: let other runs, heartbeats and signal handlers in; the last
-            # cycle must be durable before the next starts (or its reflection is written).
-            await asyncio.sleep(0)
-            # (``_settle`` and ``_reflect`` return at once, with nothing done, without a
-            # commit in flight or a reflector: no coroutine of theirs a cycle then)
-            if (
-                ex.pending_commit is not None
-                and await self._settle(ex)
-                and self._stop_asked(ex, "cancellation requested", boundary=True)
-            ):
-                return
-            if owed:
-                owed, reflect = False, self._owed_reflection(ex)
-            if reflect:
-                reflect = False
-                decided = decided and ex.loop.reflector is None
-                if ex.loop.reflector is not None:
-                    await self._reflect(ex)
-            if self._draining:
-                # Shutting down: the run stays resumable from this checkpoint; the lease is
-                # released on the way out, so another worker can take it at once.
-                # (from a thread on PostgreSQL: waiting on the run's row held by another
-                # session, it held every run of the event loop; pgloop54)
-                said, ex.events = ex.events, []
-                drained = NewEvent(ex.state.cycle, "drained", {"lease": ex.token})
-                await written(self.store, self.store.append_events, ex.run_id, [*said, drained])
-                return
-            # (the first cycle after a person's edit only judges it: ``_edit_check``; no
-            # attempt, so a cycle cap reached does not stop it, a budget used up does)
-            check = ex.state.pending is not None
-            before = rules.check_stop if check else rules.stop_before_cycle
-            reason = None if decided else before(ex.contract, ex.state)
-            if reason is not None:
-                self._finish(ex, reason)
-                return
-            if await (self._check_edit(ex) if check else self._cycle(ex)):
-                return
-            reflect = decided = True
-
-
-def _said_alive(store: Store, ex: _Exec, why: str) -> None:
-    """An execution that wrote its start event stops alive, the run left resumable: said by its
-    lease (``interrupted``), so that resuming the run counts no crash of it (``crashes_at``).
-    Written before the lease is handed back; one whose lease was taken over writes it late,
-    unfenced, after its successor's start maybe (read by its token, not where it lies): the
-    one write of a fenced-out executor, its own word and no state, and only to a run still
-    open (an ended one is resumed no more: its log stays as its last executor left it). Not
-    said when the store still fails: the run then counts it as a crash, as a process that
-    died. Refused on its run's row held by another session (``RowLocked``, from a store
-    thread): raised, so that it is tried again once the lock goes, not dropped."""
-    try:
-        now = store.get_run(ex.run_id)
-        if now.fencing_token != ex.token or now.lease_owner is None:
-            # taken over meanwhile (a process frozen while its store failed it, too): late
-            if now.status in TERMINAL_STATUSES:
-                return
-            why = LEASE_LOST
-        event = NewEvent(ex.state.cycle, "interrupted", {"lease": ex.token, "why": why})
-        store.append_events(ex.run_id, [event])
-    except RowLocked:
-        raise  # (nothing of it written: ``in_store_thread`` tries it again)
-    except Exception:
-        return
 
 
 def _refuse_missing_folder(store: str | None) -> None:

@@ -532,7 +532,7 @@ def build_packet(
             "open": [s.id for s in state.plan if s.status != "done"],
         },
         "evidence": evidence or {},
-        # what of the advice a resume that runs them takes out again (_engine._drive)
+        # what of the advice a resume that runs them takes out again (_driving._drive)
         **({"compensations_waiting": waiting} if waiting else {}),
         "held_out": held_out or {},
         "unverified_candidate": unverified,

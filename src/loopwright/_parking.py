@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._authority import EARNED_BY, audit, expire
-from ._cycle import _candidate
+from ._candidate_state import _candidate
 from ._edit_check import CHECK_ONLY, effects_behind, judge, owed_after, say_behind
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError, RunNotFoundError

@@ -1,6 +1,7 @@
 """``resume`` up to its drive: the run read again under its lease, its execution built from the
 latest checkpoint (state, contract, the history window, the retries its next cycle has used).
-Apart from ``_engine`` so the run lifecycle there stays one screenful of driving."""
+Apart from ``_engine`` so that ``resume`` there reads as an execution's start and how it stopped
+(its drive: ``_driving``; its wind-down: ``_lease_life``)."""
 
 from __future__ import annotations
 

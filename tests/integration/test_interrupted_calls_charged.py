@@ -15,7 +15,7 @@ import pytest
 from support.crash import Crash, phase_hook
 
 import loopwright as lw
-from loopwright import _engine
+from loopwright import _lease_life
 from loopwright.replay import simulate, traces_from_store
 
 PARTS = ("a", "b", "c")
@@ -211,7 +211,7 @@ def test_the_trace_of_a_redone_cycle_adds_up_to_its_spend(
     # a process death says nothing: the word of an execution stopped alive (which ``Crash``,
     # a BaseException as a Ctrl-C is, would have written) left unsaid, as a kill leaves it;
     # said, the metrics count no crash (crash53b)
-    monkeypatch.setattr(_engine, "_said_alive", lambda *a, **k: None)
+    monkeypatch.setattr(_lease_life, "_said_alive", lambda *a, **k: None)
     with lw.Runtime(url) as rt:
         rt._on_phase = phase_hook(("after_actor", 2))
         with pytest.raises(Crash):

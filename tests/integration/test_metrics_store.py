@@ -15,7 +15,7 @@ import pytest
 from doc_loop import TARGET, TASK, fields, part_check
 
 import loopwright as lw
-from loopwright import _engine
+from loopwright import _lease_life
 from loopwright._metrics import CRASH_RESUME, METRIC_NAMES, compute_metrics
 from loopwright.cli import _metrics_cmd as _registers_the_command  # noqa: F401
 from loopwright.cli import main
@@ -189,7 +189,7 @@ def test_crash_resume_and_retry_count_as_recovered_failures(
     # A process that dies says nothing: the execution's word that it stopped alive (written for
     # the ``Crash`` raised here, a BaseException as a Ctrl-C is) is left unsaid, as a kill
     # leaves it. Said, the resume is no crash (``test_metrics``, crash53b).
-    monkeypatch.setattr(_engine, "_said_alive", lambda *a, **k: None)
+    monkeypatch.setattr(_lease_life, "_said_alive", lambda *a, **k: None)
     crash_at = {2}
     flaky = {3}
 

@@ -186,7 +186,7 @@ def test_interrupted_word_waits_out_a_row_lock(pg_url: str, pg_schema: tuple[str
 
     import psycopg
 
-    from loopwright._engine import _said_alive
+    from loopwright._lease_life import _said_alive
     from loopwright._store_threads import in_store_thread
     from loopwright.store import open_store
 

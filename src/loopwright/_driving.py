@@ -1,0 +1,189 @@
+"""The drive of one run: what ``resume`` does between its start event and its wind-down.
+
+Before the first cycle, what the checkpoint left owed: compensations a cancel or a denial
+started (``_reversal``), a cancel or a pause asked meanwhile, a parked cycle's decision
+(``_parking._settle_pending``), the contract's crash bound. Then the loop of cycles: at each
+boundary the last cycle's commit made durable (``_checkpoint._settle``), its reflection
+(``_reflection``), a drain honoured, the stop rules asked (``_decide``), and the next cycle run
+(``_cycle``, or ``_edit_check``'s check-only one after a person's edit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from . import _decide as rules
+from ._contract import TERMINAL_STATUSES
+from ._edit_check import owed_after, owes_check
+from ._exec import Execution as _Exec
+from ._host import RuntimeHost
+from ._resume_ready import crash_bound, crash_cause, crashes_at
+from ._store_threads import written
+from .store import NewEvent, RunRecord
+
+__all__ = ["Driving"]
+
+
+class Driving(RuntimeHost):
+    """``Runtime._drive``, the loop of cycles (a mixin of ``Runtime``)."""
+
+    if TYPE_CHECKING:
+        _draining: bool  # (``Runtime.drain``)
+
+        def _commit_status(self, ex: _Exec, status: str) -> None: ...  # _checkpoint
+
+        async def _settle_pending(self, ex: _Exec) -> bool: ...  # _parking
+
+        def _owed_reflection(self, ex: _Exec) -> bool: ...  # _reflection
+
+        async def _reflect(self, ex: _Exec) -> None: ...  # _reflection
+
+        async def _check_edit(self, ex: _Exec) -> bool: ...  # _edit_check
+
+        async def _cycle(self, ex: _Exec) -> bool: ...  # _cycle
+
+    async def _drive(self, ex: _Exec, rec: RunRecord) -> None:
+        # An effect renews this lease before it starts and names its holder in the intent.
+        ex.lease_ttl_s, ex.owner = self.lease_ttl_s, self.owner
+        pend = ex.state.pending or {}
+        # Whether the last concluded cycle may be owed its reflection (a process that died
+        # between a cycle's commit and its reflection, or a cycle concluded just now by
+        # _settle_pending): asked once its commits are durable, at the first cycle boundary.
+        owed = False
+        if pend.get("stage") == "compensations":
+            from ._reversal import Reparked, run_compensations  # (rare: not at import)
+
+            notes = await run_compensations(self.store, ex, pend)
+            if isinstance(notes, Reparked):
+                # a refund other runs' acceptance stands on: a person decides, told of them
+                # (a cancelled run stays cancelled; its request is open)
+                ex.events.append(
+                    NewEvent(
+                        ex.state.cycle,
+                        "compensation_reused",
+                        {"requests": [a.approval_id for a in notes.requests]},
+                    )
+                )
+                parked = {} if rec.status in TERMINAL_STATUSES else {"status": "awaiting_approval"}
+                self._commit(ex, None, parked, approvals=notes.requests)
+                return
+            if notes is None:
+                ex.events.append(NewEvent(ex.state.cycle, "still_waiting", {}))
+                if rec.status in ("pending", "running"):
+                    # waiting for a person: parked, so no worker claims it again until they
+                    # decide (a run left claimable was taken by every worker's poll; attack47)
+                    self._commit(ex, None, {"status": "awaiting_approval"})
+                    return
+                said, ex.events = ex.events, []
+                await written(self.store, self.store.append_events, ex.run_id, said)
+                return
+            ex.state.notes.extend(notes)
+            # a person's edit made while they waited is judged next (``_edit_check``)
+            ex.state.pending = owed_after(pend)
+            bad = [n for n in notes if n["status"] in ("failed", "in_doubt")]
+            if rec.status in TERMINAL_STATUSES:
+                # A cancelled run stays cancelled; its packet says what was undone and what
+                # could not be.
+                packet = dict(rec.packet or {})
+                packet["compensations"] = notes
+                # (they ran: the cancel's word that they wait is taken out of the advice)
+                waiting = str(packet.pop("compensations_waiting", "") or "")
+                if waiting:
+                    advice = str(packet.get("recommended_action", ""))
+                    packet["recommended_action"] = advice.replace(waiting, "").strip()
+                    ex.state.next_action = ex.state.next_action.replace(waiting, "").strip()
+                if bad:
+                    causes = "; ".join(str(n.get("cause")) for n in bad)
+                    packet["recommended_action"] = (
+                        f"Undo by hand what the compensations could not ({causes}). "
+                        + str(packet.get("recommended_action", ""))
+                    ).strip()
+                self._commit(ex, None, {"packet": packet})
+                return
+            if bad:
+                self._finish(
+                    ex,
+                    "escalated",
+                    cause="compensation failed: " + "; ".join(str(n["cause"]) for n in bad),
+                    evidence={"compensations": notes},
+                )
+                return
+            if rec.cancel_requested:
+                self._cancel_now(ex, "cancelled before it resumed")
+                return
+            if self._pause_if_asked(ex, "running"):  # (its refunds' notes committed with it)
+                return
+            self._commit_status(ex, "running")
+        elif rec.cancel_requested:
+            self._cancel_now(ex, "cancelled before it resumed")
+            return
+        elif pend.get("stage") != "effects" and self._pause_if_asked(ex, rec.status):
+            # A person paused it: it parks before anything of a cycle starts (a cycle stopped
+            # in its effects finishes them first, and parks at the boundary after).
+            return
+        elif ex.state.pending is not None and not owes_check(ex.state.pending):
+            done = await self._settle_pending(ex)
+            if done:
+                return
+            owed = True
+        else:
+            if rec.status == "running":
+                # Its executor died mid-cycle (the run is resumed while ``running``): past the
+                # contract's crash bound at this cycle, ended instead of driven again.
+                crashes = crashes_at(self.store, ex.run_id, ex.state.cycle, ex.token)
+                bound = crash_bound(ex.contract)
+                if crashes > bound:
+                    at = ex.state.cycle + 1
+                    self._finish(
+                        ex,
+                        "escalated",
+                        cause=crash_cause(crashes, at, bound),
+                        evidence={"crashes": crashes, "cycle": at, "max_crashes": bound},
+                    )
+                    return
+            owed = True
+            self._commit_status(ex, "running")
+        reflect = False
+        # A cycle that goes on has been through _conclude, which asked stop_before_cycle of
+        # this same state: asked again only after a reflection (it spends time).
+        decided = False
+        while True:
+            # A cycle boundary: let other runs, heartbeats and signal handlers in; the last
+            # cycle must be durable before the next starts (or its reflection is written).
+            await asyncio.sleep(0)
+            # (``_settle`` and ``_reflect`` return at once, with nothing done, without a
+            # commit in flight or a reflector: no coroutine of theirs a cycle then)
+            if (
+                ex.pending_commit is not None
+                and await self._settle(ex)
+                and self._stop_asked(ex, "cancellation requested", boundary=True)
+            ):
+                return
+            if owed:
+                owed, reflect = False, self._owed_reflection(ex)
+            if reflect:
+                reflect = False
+                decided = decided and ex.loop.reflector is None
+                if ex.loop.reflector is not None:
+                    await self._reflect(ex)
+            if self._draining:
+                # Shutting down: the run stays resumable from this checkpoint; the lease is
+                # released on the way out, so another worker can take it at once.
+                # (from a thread on PostgreSQL: waiting on the run's row held by another
+                # session, it held every run of the event loop; pgloop54)
+                said, ex.events = ex.events, []
+                drained = NewEvent(ex.state.cycle, "drained", {"lease": ex.token})
+                await written(self.store, self.store.append_events, ex.run_id, [*said, drained])
+                return
+            # (the first cycle after a person's edit only judges it: ``_edit_check``; no
+            # attempt, so a cycle cap reached does not stop it, a budget used up does)
+            check = ex.state.pending is not None
+            before = rules.check_stop if check else rules.stop_before_cycle
+            reason = None if decided else before(ex.contract, ex.state)
+            if reason is not None:
+                self._finish(ex, reason)
+                return
+            if await (self._check_edit(ex) if check else self._cycle(ex)):
+                return
+            reflect = decided = True

@@ -1,0 +1,144 @@
+"""One execution's lease, from its first beat to its release: the heartbeat that renews it
+while ``resume`` drives the run, and the wind-down that ends every drive (its commits settled,
+the heartbeat stopped, the stop said when the run stops alive, the lease handed back).
+
+``resume`` (``_engine``) starts the heartbeat and calls ``_wind_down`` in its ``finally``;
+``_said_alive`` is the ``interrupted`` event that keeps a stop alive from counting as a crash
+(``_resume_ready.crashes_at``); ``_ended_here`` judges, after the release, whether a commit whose
+answer was lost ended the run all the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from ._contract import TERMINAL_STATUSES
+from ._errors import StaleLeaseError, StoreUnavailableError
+from ._exec import Execution as _Exec
+from ._host import RuntimeHost
+from ._resume_ready import LEASE_LOST
+from ._store_threads import in_store_thread, written
+from .store import NewEvent, RunRecord, Store
+from .store._protocol_commit import RowLocked
+
+__all__ = ["LeaseLife"]
+
+
+class LeaseLife(RuntimeHost):
+    """An execution's heartbeat and wind-down (a mixin of ``Runtime``)."""
+
+    async def _heartbeat(self, ex: _Exec) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ttl_s / 3)
+            try:
+                # In a thread, not on the event loop: a renewal waiting on its run's row lock
+                # (another process inside a transaction on that run: a cancel, the dashboard,
+                # frozen up to the server's idle timeout) stalled every run of the process, so
+                # their leases ran out under a live worker and were taken over mid-cycle (pg52).
+                # One cancelled in flight may land after the release: it writes nothing (a
+                # renewal needs the lease held under its token), its StaleLeaseError unread.
+                # In threads of the store's own (``_store_threads``), not the event loop's
+                # default executor (review52a).
+                await in_store_thread(self.store.renew_lease, ex.run_id, ex.token, self.lease_ttl_s)
+            except StaleLeaseError:
+                ex.lost = True
+                return
+            except StoreUnavailableError:
+                # a dropped connection or a locked store: try again at the next beat (ended
+                # here, the lease expired under the live run and another worker took it over)
+                continue
+
+    async def _wind_down(
+        self, ex: _Exec, beat: asyncio.Task[None], opened: int, alive: str | None
+    ) -> bool:
+        """``resume``'s end: its commits settled, its heartbeat stopped, its stop said, its
+        lease handed back; whether the store took the lease back."""
+        # Cancelled (again) meanwhile, each step is still taken, the release last, and the
+        # cancellation raised at the end. Here, in the run's task: a task of its own was
+        # cancelled before its first step by ``asyncio.run``'s teardown, and never ran.
+        cancelled = False
+        answered = False
+        try:
+            if self._active == 0:
+                self._recall_group = None  # nothing waits on it any more: no event loop
+            if self._active == 0 and self._group is not None:
+                group, self._group = self._group, None
+                with contextlib.suppress(Exception):
+                    await group.close()
+            elif self._group is not None:
+                # Other runs go on: this run's commits queued (one cancelled at its
+                # durability point stays queued) are written, or refused, before its
+                # lease is handed back, not after it by the committer (crash53b).
+                with contextlib.suppress(Exception):
+                    await self._group.settle(ex.run_id)
+        except asyncio.CancelledError:
+            cancelled = True
+        beat.cancel()
+        try:
+            await asyncio.wait([beat])  # (its outcome not raised; a cancellation of this is)
+        except asyncio.CancelledError:
+            cancelled = True
+        try:
+            if ex.seq > opened and (ex.lost or alive is not None):
+                why = LEASE_LOST if ex.lost else str(alive)
+                await written(self.store, _said_alive, self.store, ex, why)
+        except asyncio.CancelledError:
+            cancelled = True
+        if not ex.lost:
+            with contextlib.suppress(Exception):
+                try:
+                    if self.store.concurrent_writers and not cancelled:
+                        # (from a thread: a release waiting on the run's row lock held
+                        # every run of the event loop; evloop53)
+                        await in_store_thread(self.store.release_lease, ex.run_id, ex.token)
+                    else:  # (cancelled: here, where no cancellation reaches it)
+                        self.store.release_lease(ex.run_id, ex.token)
+                except asyncio.CancelledError:
+                    cancelled = True
+                    self.store.release_lease(ex.run_id, ex.token)  # (fenced: once)
+                answered = True
+        if cancelled:
+            raise asyncio.CancelledError
+        return answered
+
+    def _ended_here(self, ex: _Exec, started: RunRecord) -> bool:
+        """Whether a commit of ``ex`` (its answer lost: the connection dropped after the server
+        committed) ended or parked its run: the store holds the run so, under ``ex``'s own
+        lease (a claim since would have raised the token), at a checkpoint newer than the one
+        ``ex`` started from (a run resumed from ``awaiting_approval`` that failed before its
+        first commit is not "parked here"). A store still failing: no."""
+        try:
+            now = self.store.get_run(ex.run_id)
+        except Exception:
+            return False
+        return (
+            now.fencing_token == ex.token
+            and now.status not in ("pending", "running")
+            and now.last_seq > started.last_seq
+        )
+
+
+def _said_alive(store: Store, ex: _Exec, why: str) -> None:
+    """An execution that wrote its start event stops alive, the run left resumable: said by its
+    lease (``interrupted``), so that resuming the run counts no crash of it (``crashes_at``).
+    Written before the lease is handed back; one whose lease was taken over writes it late,
+    unfenced, after its successor's start maybe (read by its token, not where it lies): the
+    one write of a fenced-out executor, its own word and no state, and only to a run still
+    open (an ended one is resumed no more: its log stays as its last executor left it). Not
+    said when the store still fails: the run then counts it as a crash, as a process that
+    died. Refused on its run's row held by another session (``RowLocked``, from a store
+    thread): raised, so that it is tried again once the lock goes, not dropped."""
+    try:
+        now = store.get_run(ex.run_id)
+        if now.fencing_token != ex.token or now.lease_owner is None:
+            # taken over meanwhile (a process frozen while its store failed it, too): late
+            if now.status in TERMINAL_STATUSES:
+                return
+            why = LEASE_LOST
+        event = NewEvent(ex.state.cycle, "interrupted", {"lease": ex.token, "why": why})
+        store.append_events(ex.run_id, [event])
+    except RowLocked:
+        raise  # (nothing of it written: ``in_store_thread`` tries it again)
+    except Exception:
+        return
