@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
+from .._money_text import usd_digits
 from .._owners import owner_is_dead
 
 if TYPE_CHECKING:
@@ -270,7 +271,7 @@ def print_runs(
             (said, ""),
             (str(r.cycle), ""),
             ("-" if r.best_score is None else f"{r.best_score:.2f}", ""),
-            (f"{r.cost_usd:.3f}", ""),
+            (usd_digits(r.cost_usd), ""),
             (
                 "-" if r.held_out_passed is None else "pass" if r.held_out_passed else "FAIL",
                 "red" if r.held_out_passed is False else "",
