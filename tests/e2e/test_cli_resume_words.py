@@ -95,7 +95,13 @@ def test_resume_and_approve_say_how_the_run_ended_and_what_next(tmp_path: Path) 
         "next: 1 run(s) wait for a person: `loopwright approvals --store s.db` says what each "
         f"asks; `loopwright approve {short} --resume --store s.db`"
     ), r.stdout
-    r = cli("approve", short, "--resume", "--store", "s.db", cwd=project)  # parks again
+    wide = {"COLUMNS": "200"}
+    listed = cli("runs", "--store", "s.db", cwd=project, env=wide).stdout  # (it said "-")
+    assert "waits for a person: loopwright approvals --store s.db" in listed, listed
+    assert cli("approve", short, "--store", "s.db", cwd=project).returncode == 0
+    listed = cli("runs", "--store", "s.db", cwd=project, env=wide).stdout
+    assert f"decided, waits to be resumed: loopwright resume {short} --store s.db" in listed
+    r = cli("resume", short, "--store", "s.db", cwd=project)  # parks again
     assert r.returncode == 4 and f"run {short} (never:p): awaiting_approval" in r.stdout, r.stdout
     r = cli("approve", short, "--resume", "--store", "s.db", cwd=project)  # 2 cycles: stopped
     assert r.returncode == 3, r.stdout + r.stderr
