@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from ._contract import Contract, contract_from_snapshot
 from ._decide import at_default_ceiling, crosses, cycle_cap
+from ._money_text import usd
 from ._state import TaskState
 
 __all__ = ["build_packet", "explain", "run_stop_cause", "stop_cause", "waiting_compensations"]
@@ -310,7 +311,7 @@ def stop_cause(
                 f"tokens, {how}; {best}"
             )
         return _clip(
-            f"stopped {at}: spent ${_num(used, '{:.4f}')} of the ${_usd(limit)} cost budget, "
+            f"stopped {at}: spent {usd(used) if isinstance(used, (int, float)) else '$-'} of the ${_usd(limit)} cost budget, "
             f"{how}; {best}"
         )
     if reason == "budget_time":

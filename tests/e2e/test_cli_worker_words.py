@@ -71,7 +71,10 @@ def test_resume_of_a_run_a_worker_holds_says_how_to_follow_it(tmp_path: Path) ->
     assert r.returncode == 2, r.stdout + r.stderr
     [line] = r.stderr.splitlines()
     assert "is being executed by elsewhere:4242:ab12:x" in line, line
-    follow = f"a worker is driving it: follow it with `loopwright show {run_id[:12]} --store s.db`"
+    follow = (
+        "another process is driving it: follow it with "
+        f"`loopwright show {run_id[:12]} --store s.db`"
+    )
     assert follow in line and "Runtime.events" in line, line
     assert "Traceback" not in r.stderr
 
@@ -94,6 +97,8 @@ def test_resume_says_why_each_run_stopped_as_the_worker_does(tmp_path: Path) -> 
             assert lines[at + 1] == f"  why it stopped: {cause}", out
     assert "the actor raised an exception" in r_all.stdout and SECRET not in r_all.stdout
     [skip] = [x for x in r_all.stdout.splitlines() if x.startswith("skipped")]
-    assert skip.startswith(f"skipped {held[:12]}: ") and "elsewhere:4242:ab12:x" in skip, skip
-    follow = f"a worker is driving it: follow it with `loopwright show {held[:12]} --store s.db`"
+    assert skip.startswith(f"skipped {held[:12]} (never:c): held by elsewhere:4242:ab12:x"), skip
+    follow = (
+        f"another process is driving it: follow it with `loopwright show {held[:12]} --store s.db`"
+    )
     assert follow in skip, skip

@@ -181,4 +181,4 @@ def test_show_prints_the_cycle_with_its_failed_attempt(
     path, ids = runs
     assert main(["show", ids["retried"], "--store", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "$0.160" in out
+    assert "$0.16" in out

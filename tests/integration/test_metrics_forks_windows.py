@@ -321,11 +321,11 @@ def test_the_run_pages_spend_after_the_last_improvement_is_the_metrics(
         }
     assert after[fork.run_id] == pytest.approx(0.2) and after[long.run_id] == pytest.approx(0.4)
     client = TestClient(create_app(db, token="t" * 32, identity="ana"), base_url="http://127.0.0.1")
-    assert _chart_after(client, fork.run_id).endswith("improvement: $0.2000")
-    assert _chart_after(client, long.run_id).endswith("improvement: $0.4000")
+    assert _chart_after(client, fork.run_id).endswith("improvement: $0.20")
+    assert _chart_after(client, long.run_id).endswith("improvement: $0.40")
     monkeypatch.setattr(web, "CHECKPOINTS_READ", 2)  # the newest checkpoints: cycles 4 and 5
     assert "before the cycles drawn" in _chart_after(client, long.run_id)
-    assert _chart_after(client, fork.run_id).endswith("improvement: $0.2000")
+    assert _chart_after(client, fork.run_id).endswith("improvement: $0.20")
 
 
 def test_a_regression_is_a_cycle_that_breaks_what_passed_in_the_previous_one(url: str) -> None:

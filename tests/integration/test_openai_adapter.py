@@ -435,7 +435,7 @@ def test_unknown_local_model_costs_zero_and_warns_once(
 def test_the_held_out_part_of_the_task_is_never_rendered(server: FakeOpenAI) -> None:
     actor = _actor(server)
     text = actor.messages(_ctx())[1]["content"]
-    assert "secret" not in text and '"id": "t1"' in text and "3 cycle(s), $1.0000" in text
+    assert "secret" not in text and '"id": "t1"' in text and "3 cycle(s), $1.00" in text
 
 
 def test_model_identity_and_self_review_flag(server: FakeOpenAI) -> None:

@@ -16,6 +16,7 @@ import pytest
 from support.printed import shown_text
 
 import loopwright as lw
+from loopwright._money_text import usd
 from loopwright._redact_shapes import REDACTED
 from loopwright.cli import _app
 
@@ -89,7 +90,7 @@ def test_the_cycle_a_run_ended_inside_is_shown_with_its_cost(
     assert listed == pytest.approx(doc["run"]["cost_usd"])
 
     text, _ = shown_text(url, r.run_id)
-    assert f"cycle 3  escalated  score -  ${cost:.3f}" in text
+    assert f"cycle 3  escalated  score -  {usd(cost)}" in text
     # the row says why (the cause is also in the header and packet: read the row alone)
     row = text.split("cycle 3  escalated", 1)[1].split("Artifacts", 1)[0]
     assert f"ended inside this cycle: {cause}" in " ".join(row.split())
@@ -101,7 +102,7 @@ def test_the_cycle_a_run_ended_inside_is_shown_with_its_cost(
 
     client = TestClient(create_app(url, token="t" * 32), base_url="http://127.0.0.1")
     page = client.get(f"/runs/{r.run_id}").text
-    assert "ended inside this cycle" in page and f"${cost:.4f}" in page
+    assert "ended inside this cycle" in page and usd(cost) in page
     rows = client.get(f"/api/runs/{r.run_id}").json()["timeline"]
     assert [(t["cycle"], t.get("ended_inside", False)) for t in rows] == [
         (1, False),
@@ -207,7 +208,7 @@ def test_a_resumed_parked_cycle_the_run_ended_inside_is_shown(
     assert cause in last["cause"]
     assert last["usage"]["cost_usd"] == pytest.approx(after)
     text, _ = shown_text(url, r.run_id)
-    assert f"cycle 1  escalated  score -  ${after:.3f}" in text
+    assert f"cycle 1  escalated  score -  {usd(after)}" in text
     row = " ".join(text.split("cycle 1  escalated", 1)[1].split("Artifacts", 1)[0].split())
     assert "ended inside this cycle: " in row and cause in row
 

@@ -64,23 +64,23 @@ def _rows(text: str) -> str:
         (
             "waiting",
             "awaiting_approval",
-            "cycle 1 parked for approval: not applied yet score - $0.060",
+            "cycle 1 parked for approval: not applied yet score - $0.06",
         ),
         (
             "denied",
             "escalated",
-            "cycle 1 parked for approval: denied by ann, never applied score - $0.060",
+            "cycle 1 parked for approval: denied by ann, never applied score - $0.06",
         ),
         # (its concluding row holds what it spent)
         (
             "approved",
             "accepted",
-            "cycle 1 parked for approval: approved by ann cycle 1 accepted score 1.00 $0.060",
+            "cycle 1 parked for approval: approved by ann cycle 1 accepted score 1.00 $0.06",
         ),
         (
             "effect failed",
             "escalated",
-            "cycle 1 not applied: its effects did not complete score - $0.060",
+            "cycle 1 not applied: its effects did not complete score - $0.06",
         ),
     ],
 )

@@ -27,10 +27,10 @@ def test_money_budgets_are_exits_and_the_answer_starts_with_one() -> None:
     # (a spend-only contract's runs also stop at the default cycle ceiling, said after them:
     # test_spend_only_contract)
     ceiling = "; a stalled run whose cycles spend nothing: only the default ceiling of 1,000"
-    assert _stops(lw.Budget(max_cost_usd=2.0)).startswith("$2.0 spent" + ceiling)
+    assert _stops(lw.Budget(max_cost_usd=2.0)).startswith("$2.00 spent" + ceiling)
     assert _stops(lw.Budget(max_tokens=500)).startswith("500 tokens spent" + ceiling)
     both = _stops(lw.Budget(max_cycles=6, max_cost_usd=3.0, max_seconds=90))
-    assert both.startswith("6 cycles; $3.0 spent; 90 s; no plateau exit")
+    assert both.startswith("6 cycles; $3.00 spent; 90 s; no plateau exit")
 
 
 def test_a_tasks_own_cycle_cap_is_named() -> None:

@@ -177,13 +177,13 @@ def test_check_says_only_the_default_ceiling_ends_a_stalled_run() -> None:
     (answer,) = [a for a in review(loop) if a["question"] == "What ends a stalled or unsafe run?"]
     assert answer["status"] == "warn"
     assert answer["answer"].startswith(
-        "$2.0 spent; a stalled run whose cycles spend nothing: only the default ceiling of "
+        "$2.00 spent; a stalled run whose cycles spend nothing: only the default ceiling of "
         "1,000 cycles (set budget.max_cycles, max_seconds or a no_progress rule to choose its "
         "end); no plateau exit"
     ), answer["answer"]
     own = _loop(lw.Contract(budget=lw.Budget(max_cost_usd=2.0, max_cycles=1000)))
     (answer,) = [a for a in review(own) if a["question"] == "What ends a stalled or unsafe run?"]
-    assert answer["answer"].startswith("1000 cycles; $2.0 spent; no plateau exit")
+    assert answer["answer"].startswith("1000 cycles; $2.00 spent; no plateau exit")
 
 
 def test_a_loop_replaced_keeps_its_ceiling() -> None:
@@ -222,7 +222,7 @@ def test_a_task_cap_beside_spend_budgets_only_falls_back_to_the_default_ceiling(
         a for a in review(_loop(keyed)) if a["question"] == "What ends a stalled or unsafe run?"
     ]
     assert answer["answer"].startswith(
-        "the task's own cycle cap (limits.cycles); $0.5 spent; a stalled run whose cycles "
+        "the task's own cycle cap (limits.cycles); $0.50 spent; a stalled run whose cycles "
         "spend nothing (of a task without its own cap): only the default ceiling of 1,000"
     ), answer["answer"]
 

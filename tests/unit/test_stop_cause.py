@@ -15,7 +15,7 @@ def _cause(
 def test_a_small_budget_keeps_its_digits() -> None:
     """A $0.004 budget read "$0.00" beside the $0.0030 spent, and a 0.05 s run "ran 0.0 s"."""
     text = _cause("budget_cost", lw.Budget(max_cost_usd=0.004), {"cost_usd": 0.003})
-    assert "spent $0.0030 of the $0.004 cost budget, the next cycle would cross it" in text
+    assert "spent $0.003 of the $0.004 cost budget, the next cycle would cross it" in text
     text = _cause("budget_time", lw.Budget(max_seconds=0.05), {"seconds": 0.0317})
     assert "ran 0.0317 s of the 0.05 s time budget" in text
     assert "$0.004" in explain("budget_cost", lw.Contract(budget=lw.Budget(max_cost_usd=0.004)))
@@ -37,7 +37,7 @@ def test_a_crossed_or_reached_budget_is_not_called_a_projection() -> None:
         {"cost_usd": 0.1},
         cause="crossed during the actor call",
     )
-    assert "spent $0.1000 of the $0.05 cost budget, crossed during the actor call" in crossed
+    assert "spent $0.10 of the $0.05 cost budget, crossed during the actor call" in crossed
     assert "would cross" not in crossed
     reached = _cause("budget_tokens", lw.Budget(max_tokens=30), {"tokens": 30})
     assert "used 30 of 30 tokens, it is used up" in reached

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .._loop import Loop
+from .._money_text import usd
 
 __all__ = ["review"]
 
@@ -68,7 +69,7 @@ def review(loop: Loop) -> list[dict[str, str]]:
     # every budget ends a run that goes on without converging, money ones too (with only
     # those, the answer began with "; ")
     if b.max_cost_usd is not None:
-        stops.append(f"${b.max_cost_usd} spent")
+        stops.append(f"{usd(b.max_cost_usd)} spent")
     if b.max_tokens is not None:
         stops.append(f"{b.max_tokens} tokens spent")
     if b.max_cycles and b.max_cycles_default:
@@ -98,7 +99,7 @@ def review(loop: Loop) -> list[dict[str, str]]:
         "What ends a stalled or unsafe run?", bool(c.no_progress) and bool(c.risk), "; ".join(stops)
     )
 
-    money = [f"${b.max_cost_usd}"] if b.max_cost_usd is not None else []
+    money = [usd(b.max_cost_usd)] if b.max_cost_usd is not None else []
     if b.max_tokens is not None:
         money.append(f"{b.max_tokens} tokens")
     add(

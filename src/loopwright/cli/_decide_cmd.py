@@ -32,6 +32,7 @@ from ._options import store_flag
 from ._stores import existing_store, open_existing
 
 if TYPE_CHECKING:
+    from .._engine import RunResult
     from ..store import Approval, RunRecord
 
 
@@ -263,7 +264,7 @@ def _decide(
             from ._interrupt import run_async
 
             result = run_async(rt.resume(rec.run_id, loop))
-            say(f"run {rec.run_id[:12]}: {result.status} ({result.stop_reason or '-'})")
+            _said_ended(result, rec.task_key)
             from ._tasks import exit_code_for
 
             raise typer.Exit(exit_code_for([result.status]))
@@ -384,7 +385,7 @@ def unpause(
             from ._tasks import exit_code_for
 
             result = run_async(rt.resume(rec.run_id, loop))
-            say(f"run {rec.run_id[:12]}: {result.status} ({result.stop_reason or '-'})")
+            _said_ended(result, rec.task_key)
             raise typer.Exit(exit_code_for([result.status]))
         left = rt.store.approvals(run_id=rec.run_id, status="pending")
         if left:
@@ -546,3 +547,15 @@ def settle(
         f"(`loopwright rollback {rec.run_id[:12]} --to-cycle {max(got.cycle - 1, 0)}`) and "
         "resume it"
     )
+
+
+def _said_ended(result: RunResult, task_key: str) -> None:
+    """How a run driven by ``--resume`` ended and what next, as ``resume RUN`` says it (a
+    parked run read "awaiting_approval (-)", with no word of what it waits for)."""
+    from ._render import console, say, say_ended
+    from ._resume_cmd import next_steps
+
+    out = console()
+    say_ended(result, task_key, out)
+    for line in next_steps([result]):
+        say(line, out=out)

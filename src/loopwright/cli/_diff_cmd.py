@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
+from .._money_text import usd
 from ._app import JsonOpt, StoreOpt, _print_json, app, run_ref
 from ._stores import open_existing
 
@@ -24,7 +25,13 @@ def _short(v: Any, n: int = 36) -> str:
 
 
 def _money(v: float) -> str:
-    return f"${v:,.4f}"
+    return usd(v)
+
+
+def _held(v: Any) -> str:
+    """A held-out verdict as ``show`` and ``runs`` say it (JSON's ``null``/``true`` read as
+    a value missing from the table)."""
+    return "-" if v is None else "pass" if v else "FAIL"
 
 
 def _score(v: Any) -> str:
@@ -63,7 +70,7 @@ def diff(
         ("stop", a["stop_reason"] or "-", b["stop_reason"] or "-"),
         ("cycles", a["cycles"], b["cycles"]),
         ("best score", _score(a["best_score"]), _score(b["best_score"])),
-        ("held-out", a["held_out_passed"], b["held_out_passed"]),
+        ("held-out", _held(a["held_out_passed"]), _held(b["held_out_passed"])),
         ("spend", _money(a["cost_usd"]), _money(b["cost_usd"])),
         ("tokens", a["tokens"], b["tokens"]),
     ]

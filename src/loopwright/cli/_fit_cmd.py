@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, NamedTuple
 import typer
 
 from .._errors import ConfigError
+from .._money_text import usd
 from ._app import JsonOpt, StoreOpt, _print_json, app
 from ._options import TracesLoopOpt, TracesProjectOpt, out_folder
 
@@ -318,7 +319,7 @@ def _pct(x: float | None) -> str:
 
 
 def _usd(x: float | None) -> str:
-    return "n/a" if x is None else f"${x:,.4f}"
+    return "n/a" if x is None else usd(x)
 
 
 def _kept_label(r: FitResult) -> str:
@@ -398,7 +399,7 @@ def _table(r: FitResult) -> Table:
     )
     t.add_row(
         "reference",
-        f"{a.reference_attempts} attempts, ${a.reference_cost_usd:,.4f}",
+        f"{a.reference_attempts} attempts, {usd(a.reference_cost_usd)}",
         f"{a.reference_held_out if kb == 'held-out' else a.reference_accepted}",
         "",
         _usd(a.reference_cost_per_accepted_usd),

@@ -10,6 +10,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 
 from .._contract import TERMINAL_STATUSES
+from .._money_text import usd, usd_digits
 from ..store import RunRecord
 from ._render import status_text
 
@@ -38,7 +39,7 @@ class LiveView:
         head.add_row(
             f"[bold]{escape(self.title)}[/]",
             ProgressBar(total=max(1, self.total), completed=ended + parked, width=30),
-            f"{ended} ended, {parked} awaiting approval, ${spend:.3f} spent",
+            f"{ended} ended, {parked} awaiting approval, {usd(spend)} spent",
         )
         rows = sorted(self.runs.values(), key=lambda r: (r.status in TERMINAL_STATUSES, r.task_key))
         t = Table(box=None, pad_edge=False)
@@ -47,7 +48,11 @@ class LiveView:
         for r in rows[:_ROWS]:
             best = "-" if r.best_score is None else f"{r.best_score:.2f}"
             t.add_row(
-                escape(r.task_key), str(r.cycle), best, f"{r.cost_usd:.3f}", status_text(r.status)
+                escape(r.task_key),
+                str(r.cycle),
+                best,
+                usd_digits(r.cost_usd),
+                status_text(r.status),
             )
         if len(rows) > _ROWS:
             t.add_row(f"… {len(rows) - _ROWS} more", "", "", "", "")

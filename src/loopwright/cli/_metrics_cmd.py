@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from .._errors import ConfigError
+from .._money_text import usd, usd_digits
 from ._app import JsonOpt, StoreOpt, _print_json, app, as_options
 from ._stores import existing_store, open_existing, unknown_filters
 
@@ -105,7 +106,7 @@ def _fmt(name: str, v: float | None) -> str:
 
 
 def _usd(v: float) -> str:
-    return f"${v:,.4f}" if abs(v) < 1 else f"${v:,.2f}"
+    return usd(v)
 
 
 def _num(x: float) -> str:
@@ -153,7 +154,7 @@ def _table(m: Metrics, *, width: int) -> object:
     )
     title = (
         f"Outcome metrics: {m.runs} run(s), {m.accepted} accepted, "
-        f"${m.spend_usd:,.3f} spent ({escape(sel)})"
+        f"{usd(m.spend_usd)} spent ({escape(sel)})"
     )
     names = [*METRIC_NAMES, *([REVIEW_COST_METRIC] if m.review_cost_usd is not None else [])]
     cells = []
@@ -239,8 +240,8 @@ def _runs(m: Metrics, width: int) -> object:
             (r.task_key, ""),
             (r.status, ""),
             (str(r.cycles), ""),
-            (f"{r.cost_usd:.3f}", ""),
-            (f"{r.spend_after_last_improvement_usd:.3f}", ""),
+            (usd_digits(r.cost_usd), ""),
+            (usd_digits(r.spend_after_last_improvement_usd), ""),
             (str(len(r.regressions)), ""),
             (str(sum(r.failures.values())), ""),
         ]

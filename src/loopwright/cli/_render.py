@@ -19,6 +19,7 @@ from .._decide import at_default_ceiling, record_no_attempt
 from .._edit_check import behind_text
 from .._lineage import Lineage, lineage_text
 from .._mid_cycle_records import asked_before_parked
+from .._money_text import usd, usd_digits
 from ._table import STATUS_STYLE, interrupted, not_started, printable
 
 if TYPE_CHECKING:
@@ -90,19 +91,21 @@ def summary_table(runs: list[RunRecord]) -> Table:
     for r in runs:
         groups.setdefault((r.stop_reason or "-", r.status), []).append(r)
     for (reason, status), rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        t.add_row(reason, status_text(status), str(len(rs)), f"{sum(r.cost_usd for r in rs):.3f}")
+        t.add_row(
+            reason, status_text(status), str(len(rs)), usd_digits(sum(r.cost_usd for r in rs))
+        )
     accepted = [r for r in runs if r.status == "accepted"]
     # the metric's own basis: accepted runs without a held-out verdict are left out of both
     false_success, judged = false_successes(r.held_out_passed for r in accepted)
     total = sum(r.cost_usd for r in runs)
     t.add_section()
-    t.add_row("total", "", str(len(runs)), f"{total:.3f}")
+    t.add_row("total", "", str(len(runs)), usd_digits(total))
     t.caption = (
         f"accepted {len(accepted)}/{len(runs)}; false successes (accepted on visible checks, "
         f"failed held-out): {false_success}"
         + (f" (false_success_rate {false_success / judged:.3f})" if judged else "")
         + "; cost per accepted outcome: "
-        + (f"${total / len(accepted):.3f}" if accepted else "n/a")
+        + (usd(total / len(accepted)) if accepted else "n/a")
     )
     return t
 
@@ -214,7 +217,7 @@ def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iter
                     [],
                     "-",
                     escape(str(rec["decision"])),
-                    f"{cost:.3f}",
+                    usd_digits(cost),
                 )
             elif rec and rec.get("decision") == "parked":
                 said = f": {escape(str(rec['outcome']))}" if rec.get("outcome") else ""
@@ -234,7 +237,9 @@ def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iter
         parts = [f"{e['artifact']}/{e['part']}" for e in prop.get("edits", ())]
         if prop.get("replace"):
             parts = [f"REPLACE {a}" for a in prop["replace"]]
-        what = [f"{escape(str(prop.get('kind')))}:", *(escape(p) for p in parts), *_asked(prop)]
+        rest = [*(escape(p) for p in parts), *_asked(prop)]
+        # "noop:" with nothing after it read as a value cut off
+        what = [f"{escape(str(prop.get('kind')))}{':' if rest else ''}", *rest]
         if record_no_attempt(rec):  # no actor call: the verifiers judged a person's edit
             what = ["[cyan]check only:[/] judged the person's edit"]
         elif rec.get("check_only"):  # the actor's attempt, denied: then the edit judged
@@ -258,7 +263,7 @@ def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iter
             verdicts(rec.get("held_out", {})),
             _score(rec.get("score")),
             escape(str(rec.get("decision", "-"))),
-            f"{rec.get('usage', {}).get('cost_usd', 0):.3f}",
+            usd_digits(rec.get("usage", {}).get("cost_usd", 0)),
         )
 
 
@@ -493,7 +498,7 @@ def run_detail_parts(
         head.add_row("why it stopped", escape(run_stop_cause(rec)))
     head.add_row("cycles", str(rec.cycle))
     head.add_row("best score", _score(rec.best_score))
-    head.add_row("spend", f"${rec.cost_usd:.4f}, {rec.tokens} tokens, {rec.seconds:.2f} s")
+    head.add_row("spend", f"{usd(rec.cost_usd)}, {rec.tokens} tokens, {rec.seconds:.2f} s")
     if rec.held_out_passed is not None:
         head.add_row(
             "held-out",
@@ -593,7 +598,9 @@ def say_ended(res: RunResult, task_key: str, out: Console) -> None:
     one line."""
     from . import _one_line
 
-    say(f"run {res.run_id[:12]} ({task_key}): {res.status} ({res.stop_reason or '-'})", out=out)
+    # a parked run has no stop reason: "awaiting_approval (-)" read as a missing value
+    reason = f" ({res.stop_reason})" if res.stop_reason else ""
+    say(f"run {res.run_id[:12]} ({task_key}): {res.status}{reason}", out=out)
     cause = str((res.packet or {}).get("stop_cause") or "")
     if cause:
         say(f"  why it stopped: {_one_line(cause)}", out=out)

@@ -9,6 +9,7 @@ from typing import IO, TYPE_CHECKING, Annotated
 import typer
 
 from .._errors import ConfigError
+from .._money_text import usd
 from ._app import JsonOpt, StoreOpt, _print_json, app
 from ._options import TracesLoopOpt, TracesProjectOpt, out_folder
 from ._stores import iter_store_traces
@@ -120,7 +121,7 @@ def replay_cmd(
         t.add_column(escape(r.name), justify="right")
 
     def money(v: float | None) -> str:
-        return "-" if v is None else f"${v:,.4f}"
+        return "-" if v is None else usd(v)
 
     def frac(v: float | None) -> str:
         return "-" if v is None else f"{v:.1%}"

@@ -13,6 +13,8 @@ from ._root_app import app
 from ._stores import existing_store
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from rich.console import Console
 
     from .._engine import RunResult, Runtime
@@ -101,13 +103,15 @@ def resume(
         out = console(stderr=as_json)
         skipped: list[str] = []  # not resumed here: exit 0 would read as "all accepted"
         for rec in targets:
+            named = f"{rec.run_id[:12]} ({rec.task_key})"
             try:
                 loop = _loop_for(rec)
             except ConfigError as exc:
                 if run_id is not None:
                     raise
-                say(f"skipped {rec.run_id[:12]}: {exc}", out=out, style="yellow")
-                skipped.append(f"{rec.run_id[:12]} ({rec.task_key})")
+                # the message alone: "skipped X: spec: the run's spec ..." read as a raw error
+                say(f"skipped {named}: {exc.message}", out=out, style="yellow")
+                skipped.append(named)
                 continue
             try:
                 res = run_async(rt.resume(rec.run_id, loop))
@@ -117,9 +121,9 @@ def resume(
                     if hint:
                         raise ConflictError(f"{exc}; {hint}") from exc
                     raise
-                say(f"skipped {rec.run_id[:12]}: {exc}" + (f"; {hint}" if hint else ""),
+                say(f"skipped {named}: {_held_text(rt, rec) or exc}" + (f"; {hint}" if hint else ""),
                     out=out, style="yellow")  # fmt: skip
-                skipped.append(f"{rec.run_id[:12]} ({rec.task_key})")
+                skipped.append(named)
                 continue
             results.append(res)
             say_ended(res, rec.task_key, out)
@@ -127,6 +131,8 @@ def resume(
             say("nothing to resume", out=out)
         if run_id is None and forks:
             _forks_left(forks, out)
+        for line in next_steps(results):
+            say(line, out=out)
     if as_json:
         _print_json([r.to_dict() for r in results])
     code = exit_code_for([r.status for r in results])
@@ -140,15 +146,51 @@ def resume(
 
 
 def _held_elsewhere(rt: Runtime, rec: RunRecord) -> str | None:
-    """What to do when another executor (a worker) holds the run's lease, else None: its id
-    and lease time alone left the person asking what next."""
+    """What to do when another executor (a worker, another `loopwright run`) holds the run's
+    lease, else None: its id and lease time alone left the person asking what next."""
     held = rt.store.get_run(rec.run_id).lease_owner
     if held is not None and held != rt.owner:
         return (
-            "a worker is driving it: follow it with "
+            "another process is driving it: follow it with "
             f"`loopwright show {rec.run_id[:12]}{store_flag()}` (or `Runtime.events`)"
         )
     return None
+
+
+def _held_text(rt: Runtime, rec: RunRecord) -> str | None:
+    """Who holds the run and for how long, said once (the store's refusal repeated the whole
+    run id the line starts with); None when no other holder is recorded."""
+    now = rt.store.get_run(rec.run_id)
+    if now.lease_owner is None or now.lease_owner == rt.owner or now.lease_expires_at is None:
+        return None
+    left = max(0.0, now.lease_expires_at - rt.store.clock())  # the lease's own clock
+    return f"held by {now.lease_owner} (lease for {left:.0f} s more)"
+
+
+def next_steps(results: Sequence[RunResult]) -> list[str]:
+    """What to do after ``run`` or ``resume`` drove ``results``: decide what a parked run
+    waits for; read why one that ended unaccepted stopped. A run's own id when one is meant,
+    ``RUN`` for several; none for accepted runs."""
+    flag = store_flag()
+    waiting = [r for r in results if r.status == "awaiting_approval"]
+    ended = [r for r in results if r.status in ("stopped", "escalated", "failed", "cancelled")]
+
+    def ref(rs: list[RunResult]) -> str:
+        return rs[0].run_id[:12] if len(rs) == 1 else "RUN"
+
+    lines = []
+    if waiting:
+        lines.append(
+            f"next: {len(waiting)} run(s) wait for a person: `loopwright approvals{flag}` says "
+            f"what each asks; `loopwright approve {ref(waiting)} --resume{flag}` (or `deny`, "
+            "`answer`) decides it and goes on"
+        )
+    if ended:
+        lines.append(
+            f"next: why {'it' if len(ended) == 1 else 'each'} stopped, with the best candidate "
+            f"and the recommended action: `loopwright show {ref(ended)}{flag}`"
+        )
+    return lines
 
 
 def _forks_left(forks: list[RunRecord], out: Console) -> None:

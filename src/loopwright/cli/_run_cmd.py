@@ -117,6 +117,12 @@ def run(
         )
     if as_json:
         _print_json([r.to_dict() for r in results])
+    else:
+        from ._render import say
+        from ._resume_cmd import next_steps
+
+        for line in next_steps([r for r in results if r.run_id not in held]):
+            say(line)
     code = exit_code_for([r.status for r in results if r.run_id not in held])
     if held and code != 1:
         # Not run here, so not done: exit 0 would read as "all accepted".
@@ -251,11 +257,13 @@ def _execute(
                     raise r
             return [r for r in done if not isinstance(r, BaseException)]
 
-        with Live(view.render(), console=out, refresh_per_second=8, transient=False) as live:
-            view.live = live
-            results = run_async(go())
-            live.update(view.render())
-        out.print()
+        try:
+            with Live(view.render(), console=out, refresh_per_second=8, transient=False) as live:
+                view.live = live
+                results = run_async(go())
+                live.update(view.render())
+        finally:  # the view's last line ended, on Ctrl-C too (the message after began on it)
+            out.print()
         if not quiet:
             records = [rt.store.get_run(r.run_id) for r in results]
             out.print(summary_table(records))

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
+from .._money_text import usd_digits
 from .._owners import owner_is_dead
 
 if TYPE_CHECKING:
@@ -222,6 +223,19 @@ def _ago(ts: float, now: float) -> str:
     return f"{int(d)}s ago"
 
 
+def parked(r: RunRecord) -> str | None:
+    """What a run parked in ``awaiting_approval`` waits for, as the dashboard's list says it
+    (the CLI's said "-"): a person's decision, or, decided (the row's count of its pending
+    requests is 0), a resume; ``None`` for a run not parked."""
+    if r.status != "awaiting_approval":
+        return None
+    from ._options import store_flag
+
+    if r.open_requests is not None and r.open_requests <= 0:
+        return f"decided, waits to be resumed: loopwright resume {r.run_id[:12]}{store_flag()}"
+    return f"waits for a person: loopwright approvals{store_flag()}"
+
+
 def interrupted(r: RunRecord, now: float) -> str | None:
     """A run left ``running`` by a process that stopped: one whose lease ran out, whose
     process on this host is gone (``kill -9``), or that no process holds (Ctrl-C: the
@@ -269,7 +283,9 @@ def print_runs(
 
     here = time.time()
     now = here if now is None else now
-    why = [run_stop_cause(r) or interrupted(r, now) or not_started(r) or "-" for r in runs]
+    why = [
+        run_stop_cause(r) or interrupted(r, now) or not_started(r) or parked(r) or "-" for r in runs
+    ]
     rows = [
         (
             (r.run_id[:12], ""),
@@ -280,7 +296,7 @@ def print_runs(
             (said, ""),
             (str(r.cycle), ""),
             ("-" if r.best_score is None else f"{r.best_score:.2f}", ""),
-            (f"{r.cost_usd:.3f}", ""),
+            (usd_digits(r.cost_usd), ""),
             (
                 "-" if r.held_out_passed is None else "pass" if r.held_out_passed else "FAIL",
                 "red" if r.held_out_passed is False else "",

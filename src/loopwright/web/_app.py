@@ -15,6 +15,7 @@ from fastapi.templating import Jinja2Templates
 
 from .._authority import check_person
 from .._errors import ConfigError
+from .._money_text import usd, usd_digits
 from ..store import open_store
 from ._actions import ActionDeps, register_actions
 from ._api import Decision, register_api  # noqa: F401  (Decision re-exported)
@@ -153,6 +154,8 @@ def create_app(
     env.filters["exact"] = exact
     env.filters["isotime"] = _isotime
     env.filters["duration"] = duration
+    env.filters["usd"] = usd
+    env.filters["usd_digits"] = usd_digits
     templates = Jinja2Templates(env=env)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 

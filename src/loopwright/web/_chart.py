@@ -9,6 +9,7 @@ from typing import TypeVar
 
 from markupsafe import Markup
 
+from .._money_text import usd
 from ..store import Checkpoint
 
 __all__ = ["CHART_DOTS", "ChartPoint", "chart_point", "chart_points", "chart_svg", "per_pixel"]
@@ -114,7 +115,7 @@ def chart_svg(
             )
         else:
             after = max(0.0, total_cost - (last.spent if last else inherited_usd))
-            what = f"spend after the last material improvement: ${after:.4f}"
+            what = f"spend after the last material improvement: {usd(after)}"
         parts.append(
             f'<rect class="after" x="{shade_from:.1f}" y="{top}" width="{shade_to - shade_from:.1f}" '
             f'height="{ph}"><title>{what}</title></rect>'
@@ -154,7 +155,7 @@ def chart_svg(
     for p in dotted:
         parts.append(
             f'<circle class="score-dot" cx="{x(p.cycle):.1f}" cy="{ys(p.best):.1f}" r="3">'
-            f"<title>cycle {p.cycle}: best {p.best:.3f}, spent ${p.spent:.4f}</title></circle>"
+            f"<title>cycle {p.cycle}: best {p.best:.3f}, spent {usd(p.spent)}</title></circle>"
         )
     if last is not None:
         parts.append(

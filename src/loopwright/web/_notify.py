@@ -32,6 +32,7 @@ from urllib.parse import quote, urlsplit
 
 from .._contract import TERMINAL_STATUSES
 from .._errors import ConfigError, LoopwrightError
+from .._money_text import usd
 from .._packet import run_stop_cause
 from .._redact import redact, register_secret
 from .._redact_logs import masked_logger
@@ -286,7 +287,7 @@ def run_end_body(rec: RunRecord, link_base: str | None) -> dict[str, Any]:
     text = (
         f"Run {_shown(rec.run_id[:12])} ({_shown(rec.task_key)}) {rec.status.replace('_', ' ')}"
         + (f": {_shown(cause)}" if cause else "")
-        + f" — {rec.cycle} cycle(s), ${rec.cost_usd:.4f}"
+        + f" — {rec.cycle} cycle(s), {usd(rec.cost_usd)}"
         + (f" — for {_shown(owner)}" if owner else "")
         + (f" via {_shown(route)}" if route else "")
         + (f" — {url}" if url else "")

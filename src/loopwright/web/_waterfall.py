@@ -26,6 +26,7 @@ from markupsafe import Markup, escape
 
 from .._errors import RunNotFoundError
 from .._modelcalls import MODEL_CALL
+from .._money_text import usd
 from ..store import Approval, Checkpoint, Event, RunRecord, Store
 from ..store._rows import SQL_INT_MAX
 from ..trace._spans import APPROVAL_KINDS, Span, build_spans, iter_spans
@@ -222,7 +223,7 @@ def _figures(r: Row) -> str:
     if r.tokens:
         out.append(f"{r.tokens:,} tok")
     if r.cost_usd:
-        out.append(f"${r.cost_usd:.4f}")
+        out.append(usd(r.cost_usd))
     return " · ".join(out)
 
 
