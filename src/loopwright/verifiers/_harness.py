@@ -1,11 +1,17 @@
-"""The child program a sandboxed run starts (``python -I -S -B -c _HARNESS``): limits, audit
-hook and the tests run one by one, each result reported as a JSON line."""
+"""The program a sandboxed run starts (``python -I -S -B -c _HARNESS``): the judge. It sets
+the boundary's last pieces and the limits, starts the worker (``_worker``), the one process that
+runs candidate code, and decides each test's verdict itself from the values the worker answers
+(stop 54): the candidate cannot write a result line, read an expected value or patch the
+comparison. A test the judge cannot decide runs whole in the worker, marked ``self_reported``.
+"""
 
-# The child. It is passed with ``-c`` (no file to tamper with) and reads its job from stdin.
-# Everything it needs is imported before the audit hook goes in.
-_HARNESS = r"""
-import ast, builtins, io, json, os, resource, signal, sys, time, traceback
-MAX = 2000
+from ._worker import _COMMON
+
+# Passed with ``-c`` (no file to tamper with); it reads its job from stdin.
+_HARNESS = (
+    _COMMON
+    + r"""
+import subprocess
 job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
 out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
 def emit(obj):
@@ -64,33 +70,9 @@ cand = os.open("output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
 cand_r = os.open("output.txt", os.O_RDONLY)
 os.dup2(cand, 1)
 os.dup2(cand, 2)
-def reset_output():
-    # Each test starts with the output as the first one did (a test that closed or replaced
-    # stdout must not fail the next ones) and with the whole file-size limit: what earlier
-    # tests printed is cut to its tail (all the parent reads), or a chatty test would fail the
-    # later ones with EFBIG.
-    try:
-        os.dup2(cand, 1)
-        os.dup2(cand, 2)
-        size = os.fstat(cand).st_size
-        if size > 4 * MAX:
-            tail = os.pread(cand_r, MAX, size - MAX)
-            os.ftruncate(cand, 0)
-            os.lseek(cand, 0, os.SEEK_SET)  # shared with fds 1 and 2
-            os.write(cand, tail)
-        global cand_out
-        if cand_out.closed:
-            cand_out = candidate_stdout()
-        sys.stdout = sys.stderr = cand_out
-    except BaseException:
-        pass
 devnull = os.open(os.devnull, os.O_RDONLY)
 os.dup2(devnull, 0)
 os.close(devnull)
-def candidate_stdout():
-    return io.TextIOWrapper(os.fdopen(1, "wb", buffering=0, closefd=False), write_through=True)
-cand_out = candidate_stdout()
-sys.stdout = sys.stderr = cand_out
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 iso = {"boundary": job["boundary"], "network": "audit-hook", "user": "unchanged"}
 if fs is not None:
@@ -123,203 +105,231 @@ if uid is not None and os.geteuid() == 0:
     os.setuid(uid)
     iso["user"] = "nobody"
 setlim(resource.RLIMIT_NPROC, lim["processes"])
+# Nothing of this process may be read or written by the worker (the same user, nobody): not
+# dumpable, its /proc entries (memory, descriptors: the result pipe) are root's.
+try:
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+except Exception:
+    pass
+iso["verdict"] = "judge" if os.geteuid() != 0 else "judge (worker keeps root: not separated)"
 emit({"isolation": iso})
-HOME = os.path.realpath(os.getcwd())
-MYPID = str(os.getpid())
-WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-def inside(path):
-    if isinstance(path, int):
-        return True
-    try:
-        p = os.fsdecode(path)
-    except Exception:
-        return False
-    real = os.path.realpath(os.path.join(HOME, p))
-    return real == HOME or real.startswith(HOME + os.sep)
-def proc_ok(path):
-    if isinstance(path, int):
-        return True
-    try:
-        joined = os.path.join(HOME, os.fsdecode(path))
-        raw = os.path.normpath(joined)
-        # realpath too (of the unnormalised path: ".." after a link is taken from the link's
-        # target): /proc/self/root/proc/<pid> and /proc/self/cwd/../.. lead elsewhere than
-        # their text. A relative path under a dir_fd still escapes: the namespaces are the
-        # boundary, this hook is a second layer.
-        real = os.path.realpath(joined)
-    except Exception:
-        return False
-    for p in (raw, real):
-        if p.startswith("/proc/"):
-            head = p.split("/")[2]
-            if head.isdigit() and head != MYPID:
-                return False
-    return True
-DENY_PREFIX = ("socket.", "ctypes.", "os.exec", "os.spawn", "os.posix_spawn", "os.fork",
-               "os.kill", "os.killpg", "signal.pthread_kill")
-DENY = {"subprocess.Popen", "os.system", "os.forkpty", "pty.spawn", "os.startfile",
-        "_posixsubprocess.fork_exec", "os.setuid", "sys.settrace", "sys.setprofile"}
-PATH_EVENTS = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown",
-               "os.symlink", "os.link", "os.truncate", "os.utime", "shutil.rmtree",
-               "shutil.copyfile", "shutil.move", "os.mkfifo", "os.mknod", "os.chdir"}
-def why(event, args):
-    if event.startswith("socket."):
-        return "network access is not allowed in the sandbox (%s)" % event
-    if event.startswith("ctypes."):
-        return "ctypes is not allowed in the sandbox (%s)" % event
-    if event in DENY or event.startswith(DENY_PREFIX):
-        return "process creation and control are not allowed in the sandbox (%s)" % event
-    if event == "open" and args:
-        path, mode, flags = (list(args) + [None, None])[:3]
-        writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-            isinstance(flags, int) and flags & WRITE)
-        if writes and not inside(path):
-            return "writing outside the sandbox directory is not allowed: %r" % (path,)
-        if not proc_ok(path):
-            return "reading other processes' /proc entries is not allowed: %r" % (path,)
-        return None
-    if event in PATH_EVENTS:
-        for a in args[:2]:
-            if isinstance(a, (str, bytes, os.PathLike)) and not inside(a):
-                return "%s outside the sandbox directory is not allowed: %r" % (event, a)
-    return None
-def hook(event, args):
-    reason = why(event, args)
-    if reason is not None:
-        raise PermissionError("sandbox: " + reason)
-fired = [None]
-def alarm(signum, frame):
-    fired[0] = "wall" if signum == signal.SIGALRM else "cpu"
-    raise TimeoutError("TIMEOUT")
+per_test = job["test_timeout_s"]
+per_wall = job["test_wall_s"]
 signal.signal(signal.SIGALRM, alarm)
 signal.signal(signal.SIGPROF, alarm)
-def clip(s):
-    s = str(s)
-    return s if len(s) <= MAX else s[:MAX] + "...[%d more characters]" % (len(s) - MAX)
-def describe(exc):
+# --- which tests the judge decides: assert EXPR [, MSG] over the candidate's calls -------
+# A call of a name the judge does not know, with literal arguments (or such calls), is the
+# candidate's: the worker evaluates it and answers its value. The rest of the test (the
+# expected values) stays here and is evaluated over those values, plain data only.
+SAFE = {n: getattr(builtins, n) for n in (
+    "abs", "all", "any", "bool", "bytes", "chr", "complex", "dict", "divmod", "enumerate",
+    "filter", "float", "frozenset", "int", "isinstance", "len", "list", "map", "max", "min",
+    "ord", "pow", "range", "repr", "reversed", "round", "set", "sorted", "str", "sum",
+    "tuple", "type", "zip")}
+# (not math: a test's `math` is the candidate's import, and without it a NameError, as before)
+NODES = (ast.Expression, ast.Compare, ast.Call, ast.Name, ast.Attribute, ast.Constant,
+         ast.List, ast.Tuple, ast.Set, ast.Dict, ast.UnaryOp, ast.BinOp, ast.Subscript,
+         ast.Slice, ast.keyword, ast.Load, ast.JoinedStr, ast.FormattedValue, ast.operator,
+         ast.unaryop, ast.cmpop)
+def literal(node):
     try:
-        return describe_(exc)
-    except BaseException:  # the harness must outlive any exception the candidate makes
-        return clip(type(exc).__name__)
-def describe_(exc):
-    try:
-        msg = str(exc)
-    except BaseException:
-        msg = ""
-    where = ""
-    tb = exc.__traceback__
-    while tb is not None:
-        name = tb.tb_frame.f_code.co_filename
-        if name.startswith("<test ") or name == "<candidate>":
-            # tb_lineno is None for an instruction with no line (a loop's back-edge, hit by
-            # the timer): "%d" would raise here and kill the child, failing every test.
-            line = tb.tb_lineno
-            where = " (%s line %s)" % (name.strip("<>"), "?" if line is None else line)
-        tb = tb.tb_next
-    return clip(type(exc).__name__ + where + (": " + msg if msg else ""))
-def text(exc):
-    try:
-        return clip(str(exc) or type(exc).__name__)
-    except BaseException:  # an exception whose __str__ raises must not kill the harness
-        return clip(type(exc).__name__)
-def timed(fn, seconds, wall):
-    # The limit is CPU time (ITIMER_PROF: this process's user + system time), so a verdict
-    # does not depend on how loaded the machine is; the wall-clock timer is a generous
-    # backstop for a candidate that waits without computing (sleep, a blocked read).
-    # Both timers repeat, so a candidate that catches the TimeoutError is hit again.
-    fired[0] = None
-    signal.setitimer(signal.ITIMER_PROF, seconds, 0.05)
-    signal.setitimer(signal.ITIMER_REAL, wall, 0.5)
-    try:
-        return fn()
-    finally:
-        disarm()
-def disarm():
-    while True:  # a timer may fire while it is being disarmed
-        try:
-            signal.setitimer(signal.ITIMER_PROF, 0)
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            return
-        except TimeoutError:
-            continue
-def limit_note():
-    if fired[0] == "cpu":
-        return " [CPU-time limit of %gs per test]" % per_test
-    if fired[0] == "wall":
-        return " [wall-clock backstop of %gs per test]" % per_wall
-    return ""
-def call_expr(test):
+        ast.literal_eval(node)
+        return True
+    except Exception:
+        return False
+def is_call(node):
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    while isinstance(f, ast.Attribute):
+        f = f.value
+    if not isinstance(f, ast.Name) or f.id in SAFE:
+        return False
+    args = list(node.args) + [k.value for k in node.keywords if k.arg is not None]
+    if len(args) != len(node.args) + len(node.keywords) or any(isinstance(a, ast.Starred) for a in node.args):
+        return False
+    # Literal arguments only: a call given another call's value (`isclose(f(x), 0.3)`) may be
+    # handed an expected value, which must not reach the worker.
+    return all(literal(a) for a in args)
+class Holes(ast.NodeTransformer):
+    def __init__(self):
+        self.calls = []
+    def visit_Call(self, node):
+        if is_call(node):
+            self.calls.append([ast.unparse(node), node.lineno])
+            return ast.copy_location(ast.Name("_v%d" % (len(self.calls) - 1), ast.Load()), node)
+        return self.generic_visit(node)
+def plan(i, test):
     try:
         tree = ast.parse(test)
     except SyntaxError:
         return None
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
         return None
-    t = tree.body[0].test
-    if isinstance(t, ast.Compare):
-        t = t.left
-    return compile(ast.Expression(t), "<test>", "eval")
-preamble, code, tests = job["preamble"], job["code"], job["tests"]
-per_test = job["test_timeout_s"]
-per_wall = job["test_wall_s"]
-try:
-    pre_c = compile(preamble, "<preamble>", "exec")
-    code_c = compile(code, "<candidate>", "exec")
-    compile_error = None
-except BaseException as exc:
-    pre_c = code_c = None
-    compile_error = exc
-sys.dont_write_bytecode = True
-if job.get("site"):
-    sys.path.append(job["site"])  # the allowed packages, and nothing else installed
-    # Vetted code is imported before the hook: numpy loads its libraries with ctypes, which
-    # the hook refuses the candidate (a later ctypes call from it is still refused).
-    for name in job["preload"]:
-        try:
-            __import__(name)
-        except BaseException:
-            pass  # the candidate's own import reports it
-sys.addaudithook(hook)
-ns = {"__name__": "__sandbox__", "__builtins__": builtins}
-for i, test in enumerate(tests):
-    reset_output()
-    t0 = time.perf_counter()
+    node = tree.body[0]
+    holes = Holes()
+    node = holes.visit(node)
+    names = {"_v%d" % k for k in range(len(holes.calls))}
+    for n in ast.walk(node):
+        if n is node:
+            continue
+        if not isinstance(n, NODES):
+            return None
+        if isinstance(n, ast.Name) and n.id not in names and n.id not in SAFE:
+            return None  # a name of the candidate's (or the test's own): not decidable here
+        if isinstance(n, ast.Attribute) and n.attr.startswith("_"):
+            return None
+    left = node.test.left if isinstance(node.test, ast.Compare) else node.test
+    return {
+        "calls": holes.calls,
+        "stmt": compile(ast.fix_missing_locations(ast.Module([node], [])), "<test %d>" % i, "exec"),
+        "left": compile(ast.fix_missing_locations(ast.Expression(left)), "<test %d>" % i, "eval"),
+        "hole": left.id if isinstance(left, ast.Name) and left.id in names else None,
+    }
+def rebuild(x, depth=0):
+    # The worker's tagged JSON as plain values; anything else is not an answer.
+    if depth > 100 or not isinstance(x, list) or not x or not isinstance(x[0], str):
+        raise ValueError("not a plain value")
+    tag, rest = x[0], x[1:]
+    if tag == "N" and not rest:
+        return None
+    if len(rest) == 1 and tag in ("B", "i", "f", "s", "y"):
+        v = rest[0]
+        if tag == "B" and type(v) is bool:
+            return v
+        if tag == "i" and type(v) is str:
+            return int(v, 16)
+        if tag == "f" and type(v) is str:
+            return float.fromhex(v)
+        if tag == "s" and type(v) is str:
+            return v
+        if tag == "y" and type(v) is str:
+            return bytes.fromhex(v)
+    if tag == "c" and len(rest) == 2 and all(type(v) is str for v in rest):
+        return complex(float.fromhex(rest[0]), float.fromhex(rest[1]))
+    if len(rest) == 1 and type(rest[0]) is list:
+        items = rest[0]
+        kinds = {"l": list, "t": tuple, "S": set, "F": frozenset}
+        if tag in kinds:
+            return kinds[tag](rebuild(v, depth + 1) for v in items)
+        if tag == "d" and all(type(p) is list and len(p) == 2 for p in items):
+            return {rebuild(k, depth + 1): rebuild(v, depth + 1) for k, v in items}
+    raise ValueError("not a plain value")
+plans = [plan(i, t) for i, t in enumerate(job["tests"])]
+judged_only = job["judged_only"]
+# --- the worker: a fresh interpreter, told the candidate and never a test's expected values --
+env = {k: os.environ[k] for k in ("PATH", "LANG") if k in os.environ}
+os.set_inheritable(cand_r, True)
+worker = subprocess.Popen(
+    [sys.executable, "-I", "-S", "-B", "-c", job["worker"]], stdin=subprocess.PIPE,
+    stdout=subprocess.PIPE, stderr=cand, pass_fds=(cand_r,), env=env, close_fds=True)
+wjob = {k: job[k] for k in ("code", "preamble", "test_timeout_s", "test_wall_s", "site", "preload")}
+wjob["cand_r"] = cand_r
+tests = job["tests"]
+job = None  # (the judge keeps its own copy in `tests` and `plans`)
+def ask(obj):
     try:
-        if compile_error is not None:
-            raise compile_error
-        test_c = compile(test, "<test %d>" % i, "exec")
-        def run_one():
-            exec(pre_c, ns)
-            exec(code_c, ns)
-            exec(test_c, ns)
-        timed(run_one, per_test, per_wall)
-        emit({"i": i, "passed": True, "seconds": time.perf_counter() - t0})
-        continue
+        worker.stdin.write(json.dumps(obj).encode("utf-8") + b"\n")
+        worker.stdin.flush()
+    except OSError:
+        pass
+    line = worker.stdout.readline()
+    if not line:
+        return None
+    try:
+        reply = json.loads(line.decode("utf-8"))
+    except ValueError:
+        return {}
+    return reply if isinstance(reply, dict) and reply.get("i") == obj["i"] else {}
+def worker_ended():
+    # The worker died or left: report as the one process did (its exit code, or its signal).
+    try:
+        rc = worker.wait(timeout=per_wall + 5)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        rc = worker.wait()
+    if rc < 0:
+        try:
+            signal.signal(-rc, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+        os.kill(os.getpid(), -rc)
+    os._exit(rc)
+def unreadable(i):
+    return {"i": i, "passed": False, "actual": "the worker's answer could not be read",
+            "error": "the worker's answer could not be read", "seconds": 0.0}
+def judge(i, p, reply):
+    vals = reply.get("values")
+    if not isinstance(vals, list) or len(vals) != len(p["calls"]):
+        if isinstance(reply.get("error"), str):  # the candidate raised, or ran out of time
+            return {"i": i, "passed": False, "actual": clip(reply.get("actual")),
+                    "error": clip(reply["error"]), "seconds": reply.get("seconds") or 0.0}
+        return unreadable(i)
+    env_ = dict(SAFE)
+    for k, v in enumerate(vals):
+        if not isinstance(v, dict):
+            return unreadable(i)
+        if v.get("value") is None:
+            return None  # not plain data: the judge cannot compare it
+        try:
+            env_["_v%d" % k] = rebuild(v["value"])
+        except Exception:
+            return unreadable(i)
+    g = {"__builtins__": {}, **env_}
+    try:
+        timed(lambda: exec(p["stmt"], g), per_test, per_wall)
+        return {"i": i, "passed": True, "seconds": reply.get("seconds") or 0.0}
     except BaseException as exc:
         error = describe(exc)
-        if isinstance(exc, TimeoutError) and str(exc) == "TIMEOUT":
-            actual = "TIMEOUT"
-            error = clip(error + limit_note())
-        else:
-            actual = text(exc) if not isinstance(exc, AssertionError) else None
-    seconds = time.perf_counter() - t0
-    expr = None if compile_error is not None else call_expr(test)
-    if actual == "TIMEOUT":
-        expr = None  # re-running the call would only time out again, at the same cost
-    if expr is not None:
-        try:
-            def get_output():
-                exec(pre_c, ns)
-                exec(code_c, ns)
-                return eval(expr, ns)
-            actual = clip(timed(get_output, per_test, per_wall))
-        except TimeoutError as exc:
-            actual = "TIMEOUT" if str(exc) == "TIMEOUT" else text(exc)
-        except BaseException as exc:
+        if not isinstance(exc, AssertionError):
             actual = text(exc)
-    elif actual is None:
-        actual = error
-    emit({"i": i, "passed": False, "actual": clip(actual), "error": error, "seconds": seconds})
+        elif p["hole"] is not None:
+            actual = vals[int(p["hole"][2:])].get("text")
+        else:
+            try:
+                actual = timed(lambda: eval(p["left"], g), per_test, per_wall)
+            except BaseException as exc2:
+                actual = text(exc2)
+    return {"i": i, "passed": False, "actual": clip(actual), "error": error,
+            "seconds": reply.get("seconds") or 0.0}
+def self_reported(i, why):
+    if judged_only:
+        msg = "not judged: " + why + " (judged_only refuses a self-reported verdict)"
+        # decided here: failed, the test never having reached the candidate
+        return {"i": i, "passed": False, "actual": msg, "error": msg, "seconds": 0.0}
+    reply = ask({"i": i, "test": tests[i]})
+    if reply is None:
+        worker_ended()
+    if not reply:
+        reply = unreadable(i)
+    return {"i": i, "passed": reply.get("passed") is True, "actual": clip(reply.get("actual")),
+            "error": None if reply.get("error") is None else clip(reply.get("error")),
+            "seconds": reply.get("seconds") if type(reply.get("seconds")) is float else 0.0,
+            "self_reported": True}
+try:
+    worker.stdin.write(json.dumps(wjob).encode("utf-8") + b"\n")
+    worker.stdin.flush()
+except OSError:
+    pass
+wjob = None
+for i, test in enumerate(tests):
+    p = plans[i]
+    if p is None:
+        emit(self_reported(i, "the test is not `assert EXPR` over calls of the candidate's with literal arguments"))
+        continue
+    reply = ask({"i": i, "calls": p["calls"]})
+    if reply is None:
+        worker_ended()
+    result = judge(i, p, reply)
+    if result is None:
+        result = self_reported(i, "a value the test compares is not plain data")
+    emit(result)
+try:
+    worker.kill()
+except OSError:
+    pass
 emit({"done": True})
 os._exit(0)
 """
+)
