@@ -236,3 +236,19 @@ def test_an_honest_program_passes_judged_outside() -> None:
     v = held_out_verdict("def add(a, b):\n    return a + b\n", judged_only=True)
     assert v.passed and v.evidence["passed"] == 3
     assert v.evidence["layers"]["verdict"] == "judge"
+
+
+@pytest.mark.parametrize("name", sorted(FORGERIES))
+def test_a_check_script_is_not_forged_either(name: str) -> None:
+    # HumanEval's held-out form: the judge takes the asserts out of check(candidate)
+    asserts = "".join(f"    {t.replace('add(', 'candidate(')}\n" for t in HELD_OUT)
+    script = "def check(candidate):\n" + asserts + "\ncheck(add)"
+    state = lw.TaskState.from_task(
+        {
+            "artifacts": {"program": {"code": WRONG + FORGERIES[name]}},
+            "held_out": {"tests": [script]},
+        }
+    )
+    v = CommandVerifier(tests_key="held_out.tests", judged_only=True).check(state)
+    assert not v.passed, f"{name}: forged: {v.evidence}"
+    assert v.evidence["layers"]["verdict"] == "judge"

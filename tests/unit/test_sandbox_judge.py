@@ -97,3 +97,27 @@ def test_a_worker_that_dies_ends_the_run_as_before() -> None:
     r = run_tests(code, ["assert f() == 1", "assert f() == 2"])
     assert r.status == "crashed" and "exit code 7" in r.reason
     assert [t.passed for t in r.tests] == [False, False]
+
+
+# HumanEval's held-out form: one script of asserts in a check(candidate)
+SCRIPT = (
+    "\n\nMETADATA = {}\n\n\ndef check(candidate):\n"
+    "    assert candidate(2, 3) == 5\n    assert candidate(1, 1) == 2\n\ncheck(add)"
+)
+
+
+def test_a_check_script_is_judged_and_stops_at_its_first_failure() -> None:
+    # the second call would loop: the script stopped at the first failing assert, and so does
+    # the judge (the worker waits for its word before the next assert's calls)
+    code = "def add(a, b):\n    while a == 1:\n        pass\n    return a - b\n"
+    (t,) = run_tests(code, [SCRIPT]).tests
+    assert not t.passed and not t.self_reported
+    assert t.error == "AssertionError (test 0 line 7)" and t.actual == t.error
+    (ok,) = run_tests("def add(a, b):\n    return a + b\n", [SCRIPT]).tests
+    assert ok.passed and not ok.self_reported
+
+
+def test_a_check_script_with_a_loop_is_self_reported() -> None:
+    loop = "def check(candidate):\n    for x in range(3):\n        assert candidate(x, 0) == x\n\ncheck(add)"
+    (t,) = run_tests("def add(a, b):\n    return a + b\n", [loop]).tests
+    assert t.passed and t.self_reported

@@ -160,14 +160,8 @@ class Holes(ast.NodeTransformer):
             self.calls.append([ast.unparse(node), node.lineno])
             return ast.copy_location(ast.Name("_v%d" % (len(self.calls) - 1), ast.Load()), node)
         return self.generic_visit(node)
-def plan(i, test):
-    try:
-        tree = ast.parse(test)
-    except SyntaxError:
-        return None
-    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
-        return None
-    node = tree.body[0]
+def group(i, node, known):
+    # One assert: its candidate calls (the worker's), the rest compiled here.
     holes = Holes()
     node = holes.visit(node)
     names = {"_v%d" % k for k in range(len(holes.calls))}
@@ -176,7 +170,7 @@ def plan(i, test):
             continue
         if not isinstance(n, NODES):
             return None
-        if isinstance(n, ast.Name) and n.id not in names and n.id not in SAFE:
+        if isinstance(n, ast.Name) and n.id not in names and n.id not in SAFE and n.id not in known:
             return None  # a name of the candidate's (or the test's own): not decidable here
         if isinstance(n, ast.Attribute) and n.attr.startswith("_"):
             return None
@@ -187,6 +181,61 @@ def plan(i, test):
         "left": compile(ast.fix_missing_locations(ast.Expression(left)), "<test %d>" % i, "eval"),
         "hole": left.id if isinstance(left, ast.Name) and left.id in names else None,
     }
+class Rename(ast.NodeTransformer):
+    def __init__(self, old, new):
+        self.old, self.new = old, new
+    def visit_Name(self, node):
+        return ast.copy_location(ast.Name(self.new, node.ctx), node) if node.id == self.old else node
+def asserts_of(tree):
+    # One assert; or HumanEval's script: literal constants, `def check(candidate):` of asserts
+    # only, then `check(entry)` - its asserts with `candidate` read as `entry`.
+    body = tree.body
+    if len(body) == 1 and isinstance(body[0], ast.Assert):
+        return body, {}
+    consts, check = {}, None
+    for k, st in enumerate(body):
+        if k == len(body) - 1:
+            break
+        if isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant):
+            continue
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) and literal(st.value):
+            consts[st.targets[0].id] = ast.literal_eval(st.value)
+            continue
+        if isinstance(st, ast.FunctionDef) and check is None:
+            a = st.args
+            if st.decorator_list or a.posonlyargs or a.kwonlyargs or a.vararg or a.kwarg or a.defaults or len(a.args) != 1:
+                return None
+            stmts = [x for x in st.body if not isinstance(x, ast.Pass) and not (
+                isinstance(x, ast.Expr) and isinstance(x.value, ast.Constant))]
+            if not stmts or not all(isinstance(x, ast.Assert) for x in stmts):
+                return None
+            check = (st.name, a.args[0].arg, stmts)
+            continue
+        return None
+    last = body[-1] if body else None
+    if check is None or not isinstance(last, ast.Expr) or not isinstance(last.value, ast.Call):
+        return None
+    call = last.value
+    if not (isinstance(call.func, ast.Name) and call.func.id == check[0] and len(call.args) == 1
+            and not call.keywords and isinstance(call.args[0], ast.Name)):
+        return None
+    entry = call.args[0].id
+    if entry in consts or entry in SAFE or check[1] in consts:
+        return None
+    return [Rename(check[1], entry).visit(x) for x in check[2]], consts
+def plan(i, test):
+    try:
+        tree = ast.parse(test)
+    except SyntaxError:
+        return None
+    found = asserts_of(tree)
+    if found is None:
+        return None
+    nodes, consts = found
+    groups = [group(i, node, consts) for node in nodes]
+    if any(g is None for g in groups):
+        return None
+    return {"groups": groups, "consts": consts, "script": len(tree.body) > 1}
 def rebuild(x, depth=0):
     # The worker's tagged JSON as plain values; anything else is not an answer.
     if depth > 100 or not isinstance(x, list) or not x or not isinstance(x[0], str):
@@ -228,12 +277,8 @@ wjob = {k: job[k] for k in ("code", "preamble", "test_timeout_s", "test_wall_s",
 wjob["cand_r"] = cand_r
 tests = job["tests"]
 job = None  # (the judge keeps its own copy in `tests` and `plans`)
-def ask(obj):
-    try:
-        worker.stdin.write(json.dumps(obj).encode("utf-8") + b"\n")
-        worker.stdin.flush()
-    except OSError:
-        pass
+def read(i):
+    # The worker's next answer for test i: None when it has ended, {} when it is not one.
     line = worker.stdout.readline()
     if not line:
         return None
@@ -241,7 +286,7 @@ def ask(obj):
         reply = json.loads(line.decode("utf-8"))
     except ValueError:
         return {}
-    return reply if isinstance(reply, dict) and reply.get("i") == obj["i"] else {}
+    return reply if isinstance(reply, dict) and reply.get("i") == i else {}
 def worker_ended():
     # The worker died or left: report as the one process did (its exit code, or its signal).
     try:
@@ -259,14 +304,17 @@ def worker_ended():
 def unreadable(i):
     return {"i": i, "passed": False, "actual": "the worker's answer could not be read",
             "error": "the worker's answer could not be read", "seconds": 0.0}
-def judge(i, p, reply):
+def judge(i, p, g, reply):
+    # One assert decided from the worker's reply: a result, True (it held) or None (a value
+    # is not plain data).
     vals = reply.get("values")
-    if not isinstance(vals, list) or len(vals) != len(p["calls"]):
+    if not isinstance(vals, list) or len(vals) != len(g["calls"]):
         if isinstance(reply.get("error"), str):  # the candidate raised, or ran out of time
             return {"i": i, "passed": False, "actual": clip(reply.get("actual")),
-                    "error": clip(reply["error"]), "seconds": reply.get("seconds") or 0.0}
+                    "error": clip(reply["error"]), "seconds": seconds(reply)}
         return unreadable(i)
     env_ = dict(SAFE)
+    env_.update(p["consts"])
     for k, v in enumerate(vals):
         if not isinstance(v, dict):
             return unreadable(i)
@@ -276,37 +324,66 @@ def judge(i, p, reply):
             env_["_v%d" % k] = rebuild(v["value"])
         except Exception:
             return unreadable(i)
-    g = {"__builtins__": {}, **env_}
+    g_ = {"__builtins__": {}, **env_}
     try:
-        timed(lambda: exec(p["stmt"], g), per_test, per_wall)
-        return {"i": i, "passed": True, "seconds": reply.get("seconds") or 0.0}
+        timed(lambda: exec(g["stmt"], g_), per_test, per_wall)
+        return True
     except BaseException as exc:
         error = describe(exc)
         if not isinstance(exc, AssertionError):
             actual = text(exc)
-        elif p["hole"] is not None:
-            actual = vals[int(p["hole"][2:])].get("text")
+        elif p["script"]:
+            actual = error  # (a script has no one call whose value to show)
+        elif g["hole"] is not None:
+            actual = vals[int(g["hole"][2:])].get("text")
         else:
             try:
-                actual = timed(lambda: eval(p["left"], g), per_test, per_wall)
+                actual = timed(lambda: eval(g["left"], g_), per_test, per_wall)
             except BaseException as exc2:
                 actual = text(exc2)
     return {"i": i, "passed": False, "actual": clip(actual), "error": error,
-            "seconds": reply.get("seconds") or 0.0}
+            "seconds": seconds(reply)}
+def seconds(reply):
+    s = reply.get("seconds")
+    return s if type(s) is float else 0.0
+def send(obj):
+    try:
+        worker.stdin.write(json.dumps(obj).encode("utf-8") + b"\n")
+        worker.stdin.flush()
+    except OSError:
+        pass
+def decide(i, p):
+    # The worker evaluates one assert's calls at a time and waits: after a failing assert
+    # it stops, as the script would have (a later call that loops or raises is not run).
+    send({"i": i, "groups": [g["calls"] for g in p["groups"]], "script": p["script"]})
+    last = len(p["groups"]) - 1
+    for k, g in enumerate(p["groups"]):
+        reply = read(i)
+        if reply is None:
+            worker_ended()
+        result = judge(i, p, g, reply)
+        if result is True:
+            if k < last:
+                send({"more": True})
+            continue
+        if k < last and (result is None or "values" in reply):
+            send({"more": False})  # the worker waits for a word
+        return result
+    return {"i": i, "passed": True, "seconds": seconds(reply)}
 def self_reported(i, why):
     if judged_only:
         msg = "not judged: " + why + " (judged_only refuses a self-reported verdict)"
         # decided here: failed, the test never having reached the candidate
         return {"i": i, "passed": False, "actual": msg, "error": msg, "seconds": 0.0}
-    reply = ask({"i": i, "test": tests[i]})
+    send({"i": i, "test": tests[i]})
+    reply = read(i)
     if reply is None:
         worker_ended()
     if not reply:
         reply = unreadable(i)
     return {"i": i, "passed": reply.get("passed") is True, "actual": clip(reply.get("actual")),
             "error": None if reply.get("error") is None else clip(reply.get("error")),
-            "seconds": reply.get("seconds") if type(reply.get("seconds")) is float else 0.0,
-            "self_reported": True}
+            "seconds": seconds(reply), "self_reported": True}
 try:
     worker.stdin.write(json.dumps(wjob).encode("utf-8") + b"\n")
     worker.stdin.flush()
@@ -316,12 +393,9 @@ wjob = None
 for i, test in enumerate(tests):
     p = plans[i]
     if p is None:
-        emit(self_reported(i, "the test is not `assert EXPR` over calls of the candidate's with literal arguments"))
+        emit(self_reported(i, "the test is not `assert EXPR` (or a `check(candidate)` of such asserts) over calls of the candidate's with literal arguments"))
         continue
-    reply = ask({"i": i, "calls": p["calls"]})
-    if reply is None:
-        worker_ended()
-    result = judge(i, p, reply)
+    result = decide(i, p)
     if result is None:
         result = self_reported(i, "a value the test compares is not plain data")
     emit(result)

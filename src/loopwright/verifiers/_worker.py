@@ -240,36 +240,44 @@ def failed(exc):
     if isinstance(exc, TimeoutError) and str(exc) == "TIMEOUT":
         return "TIMEOUT", clip(error + limit_note())
     return text(exc), error
-def values(i, calls):
-    # A judged test: run the candidate, then each call, and answer their values.
-    t0 = time.perf_counter()
+def shown_plain(v):
     try:
+        shown = clip(v)
+    except BaseException as exc:  # (an int past str()'s digit limit, a broken __str__)
+        shown = text(exc)
+    try:
+        return {"value": plain(v), "text": shown}
+    except BaseException:
+        return {"value": None, "text": shown}
+def values(i, groups, script):
+    # A judged test: run the candidate, then each assert's calls in turn, answering their
+    # values and waiting for the judge's word before the next assert's.
+    t0 = time.perf_counter()
+    def run_all():
         if compile_error is not None:
             raise compile_error
-        exprs = []
-        for src, line in calls:
-            tree = ast.parse(src, mode="eval")
-            ast.increment_lineno(tree, line - 1)
-            exprs.append(compile(tree, "<test %d>" % i, "eval"))
-        def run_one():
-            exec(pre_c, ns)
-            exec(code_c, ns)
-            return [eval(e, ns) for e in exprs]
-        got = timed(run_one, per_test, per_wall)
+        exec(pre_c, ns)
+        exec(code_c, ns)
+        for k, calls in enumerate(groups):
+            exprs = []
+            for src, line in calls:
+                tree = ast.parse(src, mode="eval")
+                ast.increment_lineno(tree, line - 1)
+                exprs.append(compile(tree, "<test %d>" % i, "eval"))
+            got = [shown_plain(eval(e, ns)) for e in exprs]
+            answer({"i": i, "g": k, "values": got, "seconds": time.perf_counter() - t0})
+            if k + 1 < len(groups):
+                word = req.readline()
+                if not word or json.loads(word.decode("utf-8")).get("more") is not True:
+                    return
+    try:
+        timed(run_all, per_test, per_wall)
     except BaseException as exc:
         actual, error = failed(exc)
+        if script and isinstance(exc, AssertionError):
+            actual = error  # (a script has no one call to show: as run_test says it)
         return {"i": i, "actual": actual, "error": error, "seconds": time.perf_counter() - t0}
-    out = []
-    for v in got:
-        try:
-            shown = clip(v)
-        except BaseException as exc:  # (an int past str()'s digit limit, a broken __str__)
-            shown = text(exc)
-        try:
-            out.append({"value": plain(v), "text": shown})
-        except BaseException:
-            out.append({"value": None, "text": shown})
-    return {"i": i, "values": out, "seconds": time.perf_counter() - t0}
+    return None
 def run_test(i, test):
     # A self-reported test: the whole test runs here, as before stop 54, and says so.
     t0 = time.perf_counter()
@@ -314,12 +322,13 @@ while True:
         os._exit(0)
     ask = json.loads(line.decode("utf-8"))
     reset_output()
-    if "calls" in ask:
-        reply = values(ask["i"], ask["calls"])
+    if "groups" in ask:
+        reply = values(ask["i"], ask["groups"], ask.get("script") is True)
     else:
         reply = run_test(ask["i"], ask["test"])
     try:
-        answer(reply)
+        if reply is not None:
+            answer(reply)
     except BaseException:
         os._exit(3)  # the candidate broke the answer pipe: the judge sees the end
 """

@@ -417,7 +417,9 @@ class CommandVerifier:
     says ``vacuous`` (``Verdict.vacuous``), a warning finding says why, and the contract refuses
     success on it unless ``contract.success.allow_vacuous = true``. Calls are async (the
     sandbox runs in a worker thread), so many runs can verify
-    concurrently.
+    concurrently. Each test is judged outside the candidate's process where its form allows
+    (``run_tests``); the verdict's ``evidence["self_reported"]`` lists the others and
+    ``judged_only=True`` fails them instead: set it on a held-out check.
     """
 
     def __init__(
