@@ -5,7 +5,7 @@ expected ones) or the whole test (a self-reported one: it answers pass or fail i
 
 # Helpers both processes use: clipping, describing an exception, the per-test timers.
 _COMMON = r"""
-import ast, builtins, io, json, os, resource, signal, sys, time, traceback
+import ast, builtins, io, json, os, resource, signal, sys, time
 MAX = 2000
 fired = [None]
 def alarm(signum, frame):
