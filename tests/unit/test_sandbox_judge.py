@@ -121,3 +121,12 @@ def test_a_check_script_with_a_loop_is_self_reported() -> None:
     loop = "def check(candidate):\n    for x in range(3):\n        assert candidate(x, 0) == x\n\ncheck(add)"
     (t,) = run_tests("def add(a, b):\n    return a + b\n", [loop]).tests
     assert t.passed and t.self_reported
+
+
+def test_the_process_limit_counts_the_candidate_not_the_judge() -> None:
+    # RLIMIT_NPROC counts the user's processes (the judge is one): set before the worker
+    # started, a limit of 1 left the judge unable to start it, and every check crashed
+    from loopwright.verifiers import Limits
+
+    r = run_tests("def f():\n    return 1\n", ["assert f() == 1"], limits=Limits(processes=1))
+    assert r.passed and r.status == "completed", r.to_dict()

@@ -103,7 +103,6 @@ if uid is not None and os.geteuid() == 0:
     os.setgid(gid)
     os.setuid(uid)
     iso["user"] = "nobody"
-setlim(resource.RLIMIT_NPROC, lim["processes"])
 # Nothing of this process may be read or written by the worker (the same user, nobody): not
 # dumpable, its /proc entries (memory, descriptors: the result pipe) are root's.
 try:
@@ -297,9 +296,17 @@ class Worker:
     def kill(self):
         if self.rc is None:
             os.kill(self.pid, signal.SIGKILL)
-worker = Worker([sys.executable, "-I", "-S", "-B", "-c", job["worker"]])
+try:
+    worker = Worker([sys.executable, "-I", "-S", "-B", "-c", job["worker"]])
+except OSError as exc:
+    os.write(2, ("sandbox: could not start the worker: %s\n" % exc).encode())
+    os._exit(1)
+# After the worker started: RLIMIT_NPROC counts every process of the user (nobody), those of
+# other sandboxes too; the worker sets it for itself before any candidate code.
+setlim(resource.RLIMIT_NPROC, lim["processes"])
 wjob = {k: job[k] for k in ("code", "preamble", "test_timeout_s", "test_wall_s", "site", "preload")}
 wjob["cand_r"] = cand_r
+wjob["processes"] = lim["processes"]
 tests = job["tests"]
 job = None  # (the judge keeps its own copy in `tests` and `plans`)
 def read(i):

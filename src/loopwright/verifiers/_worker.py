@@ -80,6 +80,10 @@ cand = os.dup(2)
 os.dup2(cand, 1)
 job = json.loads(req.readline().decode("utf-8"))
 cand_r = job["cand_r"]
+try:
+    resource.setrlimit(resource.RLIMIT_NPROC, (job["processes"], job["processes"]))
+except (ValueError, OSError):
+    pass
 def answer(obj):
     rep.write(json.dumps(obj).encode("utf-8") + b"\n")
     rep.flush()
