@@ -9,10 +9,12 @@ the candidate's process when the verifier is asked to judge outside it (``judged
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 import loopwright as lw
-from loopwright.verifiers import CommandVerifier
+from loopwright.verifiers import CommandVerifier, _boundary
 
 HELD_OUT = ["assert add(2, 3) == 5", "assert add(10, 5) == 15", "assert add(-1, 1) == 0"]
 
@@ -252,3 +254,18 @@ def test_a_check_script_is_not_forged_either(name: str) -> None:
     v = CommandVerifier(tests_key="held_out.tests", judged_only=True).check(state)
     assert not v.passed, f"{name}: forged: {v.evidence}"
     assert v.evidence["layers"]["verdict"] == "judge"
+
+
+HAS_UNSHARE = _boundary._works("unshare", sys.executable)
+
+
+@pytest.mark.skipif(not HAS_UNSHARE, reason="unshare needs root and namespaces")
+@pytest.mark.parametrize("name", sorted(FORGERIES))
+def test_under_unshare_too(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the host's file system and its /proc (its own PID namespace): the judge is still not
+    # the worker's to read or write
+    real = _boundary._works
+    monkeypatch.setattr(_boundary, "_works", lambda b, p: b == "unshare" and real(b, p))
+    v = held_out_verdict(WRONG + FORGERIES[name], judged_only=True)
+    assert v.evidence["isolation"] == "unshare"
+    assert not v.passed and v.evidence["passed"] == 0, f"{name}: forged: {v.evidence}"
