@@ -190,7 +190,13 @@ def test_audit_hook_fallback_without_namespace(tmp_path: Path) -> None:
     sock = "import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)\n"
     r = run_tests(sock, ["assert True"], isolate=False)
     assert r.isolation == "none"
-    assert r.layers == {"boundary": "none", "network": "audit-hook", "user": "unchanged"}
+    assert r.layers == {
+        "boundary": "none",
+        "network": "audit-hook",
+        "user": "unchanged",
+        # no user to drop to: a root worker could reach the judge, and the layer says so
+        "verdict": "judge" if os.geteuid() != 0 else "judge (worker keeps root: not separated)",
+    }
     assert "network access is not allowed" in (r.tests[0].actual or "")
     target = tmp_path / "out.txt"
     w = run_tests(f"open({str(target)!r}, 'w')\n", ["assert True"], isolate=False)

@@ -1,11 +1,16 @@
-"""The child program a sandboxed run starts (``python -I -S -B -c _HARNESS``): limits, audit
-hook and the tests run one by one, each result reported as a JSON line."""
+"""The program a sandboxed run starts (``python -I -S -B -c _HARNESS``): the judge. It sets
+the boundary's last pieces and the limits, starts the worker (``_worker``), the one process that
+runs candidate code, and decides each test's verdict itself from the values the worker answers
+(stop 54): the candidate cannot write a result line, read an expected value or patch the
+comparison. A test the judge cannot decide runs whole in the worker, marked ``self_reported``.
+"""
 
-# The child. It is passed with ``-c`` (no file to tamper with) and reads its job from stdin.
-# Everything it needs is imported before the audit hook goes in.
-_HARNESS = r"""
-import ast, builtins, io, json, os, resource, signal, sys, time, traceback
-MAX = 2000
+from ._worker import _COMMON
+
+# Passed with ``-c`` (no file to tamper with); it reads its job from stdin.
+_HARNESS = (
+    _COMMON
+    + r"""
 job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
 out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
 def emit(obj):
@@ -64,33 +69,9 @@ cand = os.open("output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
 cand_r = os.open("output.txt", os.O_RDONLY)
 os.dup2(cand, 1)
 os.dup2(cand, 2)
-def reset_output():
-    # Each test starts with the output as the first one did (a test that closed or replaced
-    # stdout must not fail the next ones) and with the whole file-size limit: what earlier
-    # tests printed is cut to its tail (all the parent reads), or a chatty test would fail the
-    # later ones with EFBIG.
-    try:
-        os.dup2(cand, 1)
-        os.dup2(cand, 2)
-        size = os.fstat(cand).st_size
-        if size > 4 * MAX:
-            tail = os.pread(cand_r, MAX, size - MAX)
-            os.ftruncate(cand, 0)
-            os.lseek(cand, 0, os.SEEK_SET)  # shared with fds 1 and 2
-            os.write(cand, tail)
-        global cand_out
-        if cand_out.closed:
-            cand_out = candidate_stdout()
-        sys.stdout = sys.stderr = cand_out
-    except BaseException:
-        pass
 devnull = os.open(os.devnull, os.O_RDONLY)
 os.dup2(devnull, 0)
 os.close(devnull)
-def candidate_stdout():
-    return io.TextIOWrapper(os.fdopen(1, "wb", buffering=0, closefd=False), write_through=True)
-cand_out = candidate_stdout()
-sys.stdout = sys.stderr = cand_out
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 iso = {"boundary": job["boundary"], "network": "audit-hook", "user": "unchanged"}
 if fs is not None:
@@ -122,204 +103,339 @@ if uid is not None and os.geteuid() == 0:
     os.setgid(gid)
     os.setuid(uid)
     iso["user"] = "nobody"
-setlim(resource.RLIMIT_NPROC, lim["processes"])
+# Nothing of this process may be read or written by the worker (the same user, nobody): not
+# dumpable, its /proc entries (memory, descriptors: the result pipe) are root's.
+try:
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+except Exception:
+    pass
+iso["verdict"] = "judge" if os.geteuid() != 0 else "judge (worker keeps root: not separated)"
 emit({"isolation": iso})
-HOME = os.path.realpath(os.getcwd())
-MYPID = str(os.getpid())
-WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-def inside(path):
-    if isinstance(path, int):
-        return True
-    try:
-        p = os.fsdecode(path)
-    except Exception:
-        return False
-    real = os.path.realpath(os.path.join(HOME, p))
-    return real == HOME or real.startswith(HOME + os.sep)
-def proc_ok(path):
-    if isinstance(path, int):
-        return True
-    try:
-        joined = os.path.join(HOME, os.fsdecode(path))
-        raw = os.path.normpath(joined)
-        # realpath too (of the unnormalised path: ".." after a link is taken from the link's
-        # target): /proc/self/root/proc/<pid> and /proc/self/cwd/../.. lead elsewhere than
-        # their text. A relative path under a dir_fd still escapes: the namespaces are the
-        # boundary, this hook is a second layer.
-        real = os.path.realpath(joined)
-    except Exception:
-        return False
-    for p in (raw, real):
-        if p.startswith("/proc/"):
-            head = p.split("/")[2]
-            if head.isdigit() and head != MYPID:
-                return False
-    return True
-DENY_PREFIX = ("socket.", "ctypes.", "os.exec", "os.spawn", "os.posix_spawn", "os.fork",
-               "os.kill", "os.killpg", "signal.pthread_kill")
-DENY = {"subprocess.Popen", "os.system", "os.forkpty", "pty.spawn", "os.startfile",
-        "_posixsubprocess.fork_exec", "os.setuid", "sys.settrace", "sys.setprofile"}
-PATH_EVENTS = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown",
-               "os.symlink", "os.link", "os.truncate", "os.utime", "shutil.rmtree",
-               "shutil.copyfile", "shutil.move", "os.mkfifo", "os.mknod", "os.chdir"}
-def why(event, args):
-    if event.startswith("socket."):
-        return "network access is not allowed in the sandbox (%s)" % event
-    if event.startswith("ctypes."):
-        return "ctypes is not allowed in the sandbox (%s)" % event
-    if event in DENY or event.startswith(DENY_PREFIX):
-        return "process creation and control are not allowed in the sandbox (%s)" % event
-    if event == "open" and args:
-        path, mode, flags = (list(args) + [None, None])[:3]
-        writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-            isinstance(flags, int) and flags & WRITE)
-        if writes and not inside(path):
-            return "writing outside the sandbox directory is not allowed: %r" % (path,)
-        if not proc_ok(path):
-            return "reading other processes' /proc entries is not allowed: %r" % (path,)
-        return None
-    if event in PATH_EVENTS:
-        for a in args[:2]:
-            if isinstance(a, (str, bytes, os.PathLike)) and not inside(a):
-                return "%s outside the sandbox directory is not allowed: %r" % (event, a)
-    return None
-def hook(event, args):
-    reason = why(event, args)
-    if reason is not None:
-        raise PermissionError("sandbox: " + reason)
-fired = [None]
-def alarm(signum, frame):
-    fired[0] = "wall" if signum == signal.SIGALRM else "cpu"
-    raise TimeoutError("TIMEOUT")
+per_test = job["test_timeout_s"]
+per_wall = job["test_wall_s"]
 signal.signal(signal.SIGALRM, alarm)
 signal.signal(signal.SIGPROF, alarm)
-def clip(s):
-    s = str(s)
-    return s if len(s) <= MAX else s[:MAX] + "...[%d more characters]" % (len(s) - MAX)
-def describe(exc):
+# --- which tests the judge decides: assert EXPR [, MSG] over the candidate's calls -------
+# A call of a name the judge does not know, with literal arguments (or such calls), is the
+# candidate's: the worker evaluates it and answers its value. The rest of the test (the
+# expected values) stays here and is evaluated over those values, plain data only.
+SAFE = {n: getattr(builtins, n) for n in (
+    "abs", "all", "any", "bool", "bytes", "chr", "complex", "dict", "divmod", "enumerate",
+    "filter", "float", "frozenset", "int", "isinstance", "len", "list", "map", "max", "min",
+    "ord", "pow", "range", "repr", "reversed", "round", "set", "sorted", "str", "sum",
+    "tuple", "type", "zip")}
+# (not math: a test's `math` is the candidate's import, and without it a NameError, as before)
+NODES = (ast.Expression, ast.Compare, ast.Call, ast.Name, ast.Attribute, ast.Constant,
+         ast.List, ast.Tuple, ast.Set, ast.Dict, ast.UnaryOp, ast.BinOp, ast.Subscript,
+         ast.Slice, ast.keyword, ast.Load, ast.JoinedStr, ast.FormattedValue, ast.operator,
+         ast.unaryop, ast.cmpop)
+def literal(node):
     try:
-        return describe_(exc)
-    except BaseException:  # the harness must outlive any exception the candidate makes
-        return clip(type(exc).__name__)
-def describe_(exc):
-    try:
-        msg = str(exc)
-    except BaseException:
-        msg = ""
-    where = ""
-    tb = exc.__traceback__
-    while tb is not None:
-        name = tb.tb_frame.f_code.co_filename
-        if name.startswith("<test ") or name == "<candidate>":
-            # tb_lineno is None for an instruction with no line (a loop's back-edge, hit by
-            # the timer): "%d" would raise here and kill the child, failing every test.
-            line = tb.tb_lineno
-            where = " (%s line %s)" % (name.strip("<>"), "?" if line is None else line)
-        tb = tb.tb_next
-    return clip(type(exc).__name__ + where + (": " + msg if msg else ""))
-def text(exc):
-    try:
-        return clip(str(exc) or type(exc).__name__)
-    except BaseException:  # an exception whose __str__ raises must not kill the harness
-        return clip(type(exc).__name__)
-def timed(fn, seconds, wall):
-    # The limit is CPU time (ITIMER_PROF: this process's user + system time), so a verdict
-    # does not depend on how loaded the machine is; the wall-clock timer is a generous
-    # backstop for a candidate that waits without computing (sleep, a blocked read).
-    # Both timers repeat, so a candidate that catches the TimeoutError is hit again.
-    fired[0] = None
-    signal.setitimer(signal.ITIMER_PROF, seconds, 0.05)
-    signal.setitimer(signal.ITIMER_REAL, wall, 0.5)
-    try:
-        return fn()
-    finally:
-        disarm()
-def disarm():
-    while True:  # a timer may fire while it is being disarmed
-        try:
-            signal.setitimer(signal.ITIMER_PROF, 0)
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            return
-        except TimeoutError:
+        ast.literal_eval(node)
+        return True
+    except Exception:
+        return False
+def is_call(node):
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    while isinstance(f, ast.Attribute):
+        f = f.value
+    if not isinstance(f, ast.Name) or f.id in SAFE:
+        return False
+    args = list(node.args) + [k.value for k in node.keywords if k.arg is not None]
+    if len(args) != len(node.args) + len(node.keywords) or any(isinstance(a, ast.Starred) for a in node.args):
+        return False
+    # Literal arguments only: a call given another call's value (`isclose(f(x), 0.3)`) may be
+    # handed an expected value, which must not reach the worker.
+    return all(literal(a) for a in args)
+class Holes(ast.NodeTransformer):
+    def __init__(self):
+        self.calls = []
+    def visit_Call(self, node):
+        if is_call(node):
+            self.calls.append([ast.unparse(node), node.lineno])
+            return ast.copy_location(ast.Name("_v%d" % (len(self.calls) - 1), ast.Load()), node)
+        return self.generic_visit(node)
+def group(i, node, known):
+    # One assert: its candidate calls (the worker's), the rest compiled here.
+    holes = Holes()
+    node = holes.visit(node)
+    names = {"_v%d" % k for k in range(len(holes.calls))}
+    for n in ast.walk(node):
+        if n is node:
             continue
-def limit_note():
-    if fired[0] == "cpu":
-        return " [CPU-time limit of %gs per test]" % per_test
-    if fired[0] == "wall":
-        return " [wall-clock backstop of %gs per test]" % per_wall
-    return ""
-def call_expr(test):
+        if not isinstance(n, NODES):
+            return None
+        if isinstance(n, ast.Name) and n.id not in names and n.id not in SAFE and n.id not in known:
+            return None  # a name of the candidate's (or the test's own): not decidable here
+        if isinstance(n, ast.Attribute) and n.attr.startswith("_"):
+            return None
+    left = node.test.left if isinstance(node.test, ast.Compare) else node.test
+    return {
+        "calls": holes.calls,
+        "stmt": compile(ast.fix_missing_locations(ast.Module([node], [])), "<test %d>" % i, "exec"),
+        "left": compile(ast.fix_missing_locations(ast.Expression(left)), "<test %d>" % i, "eval"),
+        "hole": left.id if isinstance(left, ast.Name) and left.id in names else None,
+    }
+class Rename(ast.NodeTransformer):
+    def __init__(self, old, new):
+        self.old, self.new = old, new
+    def visit_Name(self, node):
+        return ast.copy_location(ast.Name(self.new, node.ctx), node) if node.id == self.old else node
+def asserts_of(tree):
+    # One assert; or HumanEval's script: literal constants, `def check(candidate):` of asserts
+    # only, then `check(entry)` - its asserts with `candidate` read as `entry`.
+    body = tree.body
+    if len(body) == 1 and isinstance(body[0], ast.Assert):
+        return body, {}
+    consts, check = {}, None
+    for k, st in enumerate(body):
+        if k == len(body) - 1:
+            break
+        if isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant):
+            continue
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) and literal(st.value):
+            consts[st.targets[0].id] = ast.literal_eval(st.value)
+            continue
+        if isinstance(st, ast.FunctionDef) and check is None:
+            a = st.args
+            if st.decorator_list or a.posonlyargs or a.kwonlyargs or a.vararg or a.kwarg or a.defaults or len(a.args) != 1:
+                return None
+            stmts = [x for x in st.body if not isinstance(x, ast.Pass) and not (
+                isinstance(x, ast.Expr) and isinstance(x.value, ast.Constant))]
+            if not stmts or not all(isinstance(x, ast.Assert) for x in stmts):
+                return None
+            check = (st.name, a.args[0].arg, stmts)
+            continue
+        return None
+    last = body[-1] if body else None
+    if check is None or not isinstance(last, ast.Expr) or not isinstance(last.value, ast.Call):
+        return None
+    call = last.value
+    if not (isinstance(call.func, ast.Name) and call.func.id == check[0] and len(call.args) == 1
+            and not call.keywords and isinstance(call.args[0], ast.Name)):
+        return None
+    entry = call.args[0].id
+    if entry in consts or entry in SAFE or check[1] in consts:
+        return None
+    return [Rename(check[1], entry).visit(x) for x in check[2]], consts
+def plan(i, test):
     try:
         tree = ast.parse(test)
     except SyntaxError:
         return None
-    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
+    found = asserts_of(tree)
+    if found is None:
         return None
-    t = tree.body[0].test
-    if isinstance(t, ast.Compare):
-        t = t.left
-    return compile(ast.Expression(t), "<test>", "eval")
-preamble, code, tests = job["preamble"], job["code"], job["tests"]
-per_test = job["test_timeout_s"]
-per_wall = job["test_wall_s"]
+    nodes, consts = found
+    groups = [group(i, node, consts) for node in nodes]
+    if any(g is None for g in groups):
+        return None
+    return {"groups": groups, "consts": consts, "script": len(tree.body) > 1}
+def rebuild(x, depth=0):
+    # The worker's tagged JSON as plain values; anything else is not an answer.
+    if depth > 100 or not isinstance(x, list) or not x or not isinstance(x[0], str):
+        raise ValueError("not a plain value")
+    tag, rest = x[0], x[1:]
+    if tag == "N" and not rest:
+        return None
+    if len(rest) == 1 and tag in ("B", "i", "f", "s", "y"):
+        v = rest[0]
+        if tag == "B" and type(v) is bool:
+            return v
+        if tag == "i" and type(v) is str:
+            return int(v, 16)
+        if tag == "f" and type(v) is str:
+            return float.fromhex(v)
+        if tag == "s" and type(v) is str:
+            return v
+        if tag == "y" and type(v) is str:
+            return bytes.fromhex(v)
+    if tag == "c" and len(rest) == 2 and all(type(v) is str for v in rest):
+        return complex(float.fromhex(rest[0]), float.fromhex(rest[1]))
+    if len(rest) == 1 and type(rest[0]) is list:
+        items = rest[0]
+        kinds = {"l": list, "t": tuple, "S": set, "F": frozenset}
+        if tag in kinds:
+            return kinds[tag](rebuild(v, depth + 1) for v in items)
+        if tag == "d" and all(type(p) is list and len(p) == 2 for p in items):
+            return {rebuild(k, depth + 1): rebuild(v, depth + 1) for k, v in items}
+    raise ValueError("not a plain value")
+plans = [plan(i, t) for i, t in enumerate(job["tests"])]
+judged_only = job["judged_only"]
+# --- the worker: a fresh interpreter, told the candidate and never a test's expected values --
+env = {k: os.environ[k] for k in ("PATH", "LANG") if k in os.environ}
+os.set_inheritable(cand_r, True)
+class Worker:
+    # Started with posix_spawn: subprocess would cost the judge 20 ms of imports a check. Its
+    # fds: 0 the requests, 1 the answers, 2 output.txt, cand_r; every other one is close-on-exec.
+    def __init__(self, argv):
+        r_req, w_req = os.pipe()
+        r_rep, w_rep = os.pipe()
+        acts = [(os.POSIX_SPAWN_DUP2, r_req, 0), (os.POSIX_SPAWN_DUP2, w_rep, 1),
+                (os.POSIX_SPAWN_DUP2, cand, 2)]
+        self.pid = os.posix_spawn(argv[0], argv, env, file_actions=acts)
+        os.close(r_req)
+        os.close(w_rep)
+        self.stdin = os.fdopen(w_req, "wb")
+        self.stdout = os.fdopen(r_rep, "rb")
+        self.rc = None
+    def wait(self, timeout=None):
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.rc is None:
+            pid, status = os.waitpid(self.pid, 0 if end is None else os.WNOHANG)
+            if pid:
+                self.rc = os.waitstatus_to_exitcode(status)
+            elif time.monotonic() > end:
+                return None
+            else:
+                time.sleep(0.01)
+        return self.rc
+    def kill(self):
+        if self.rc is None:
+            os.kill(self.pid, signal.SIGKILL)
 try:
-    pre_c = compile(preamble, "<preamble>", "exec")
-    code_c = compile(code, "<candidate>", "exec")
-    compile_error = None
-except BaseException as exc:
-    pre_c = code_c = None
-    compile_error = exc
-sys.dont_write_bytecode = True
-if job.get("site"):
-    sys.path.append(job["site"])  # the allowed packages, and nothing else installed
-    # Vetted code is imported before the hook: numpy loads its libraries with ctypes, which
-    # the hook refuses the candidate (a later ctypes call from it is still refused).
-    for name in job["preload"]:
-        try:
-            __import__(name)
-        except BaseException:
-            pass  # the candidate's own import reports it
-sys.addaudithook(hook)
-ns = {"__name__": "__sandbox__", "__builtins__": builtins}
-for i, test in enumerate(tests):
-    reset_output()
-    t0 = time.perf_counter()
+    worker = Worker([sys.executable, "-I", "-S", "-B", "-c", job["worker"]])
+except OSError as exc:
+    os.write(2, ("sandbox: could not start the worker: %s\n" % exc).encode())
+    os._exit(1)
+# After the worker started: RLIMIT_NPROC counts every process of the user (nobody), those of
+# other sandboxes too; the worker sets it for itself before any candidate code.
+setlim(resource.RLIMIT_NPROC, lim["processes"])
+wjob = {k: job[k] for k in ("code", "preamble", "test_timeout_s", "test_wall_s", "site", "preload")}
+wjob["cand_r"] = cand_r
+wjob["processes"] = lim["processes"]
+tests = job["tests"]
+job = None  # (the judge keeps its own copy in `tests` and `plans`)
+def read(i):
+    # The worker's next answer for test i: None when it has ended, {} when it is not one.
+    line = worker.stdout.readline()
+    if not line:
+        return None
     try:
-        if compile_error is not None:
-            raise compile_error
-        test_c = compile(test, "<test %d>" % i, "exec")
-        def run_one():
-            exec(pre_c, ns)
-            exec(code_c, ns)
-            exec(test_c, ns)
-        timed(run_one, per_test, per_wall)
-        emit({"i": i, "passed": True, "seconds": time.perf_counter() - t0})
-        continue
+        reply = json.loads(line.decode("utf-8"))
+    except Exception:  # (not JSON, or nested past json's recursion limit)
+        return {}
+    return reply if isinstance(reply, dict) and reply.get("i") == i else {}
+def worker_ended():
+    # The worker died or left: report as the one process did (its exit code, or its signal).
+    rc = worker.wait(timeout=per_wall + 5)
+    if rc is None:
+        worker.kill()
+        rc = worker.wait()
+    if rc < 0:
+        try:
+            signal.signal(-rc, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+        os.kill(os.getpid(), -rc)
+    os._exit(rc)
+def unreadable(i):
+    return {"i": i, "passed": False, "actual": "the worker's answer could not be read",
+            "error": "the worker's answer could not be read", "seconds": 0.0}
+def judge(i, p, g, reply):
+    # One assert decided from the worker's reply: a result, True (it held) or None (a value
+    # is not plain data).
+    vals = reply.get("values")
+    if not isinstance(vals, list) or len(vals) != len(g["calls"]):
+        if isinstance(reply.get("error"), str):  # the candidate raised, or ran out of time
+            return {"i": i, "passed": False, "actual": clip(reply.get("actual")),
+                    "error": clip(reply["error"]), "seconds": seconds(reply)}
+        return unreadable(i)
+    env_ = dict(SAFE)
+    env_.update(p["consts"])
+    for k, v in enumerate(vals):
+        if not isinstance(v, dict):
+            return unreadable(i)
+        if v.get("value") is None:
+            return None  # not plain data: the judge cannot compare it
+        try:
+            env_["_v%d" % k] = rebuild(v["value"])
+        except Exception:
+            return unreadable(i)
+    g_ = {"__builtins__": {}, **env_}
+    try:
+        timed(lambda: exec(g["stmt"], g_), per_test, per_wall)
+        return True
     except BaseException as exc:
         error = describe(exc)
-        if isinstance(exc, TimeoutError) and str(exc) == "TIMEOUT":
-            actual = "TIMEOUT"
-            error = clip(error + limit_note())
-        else:
-            actual = text(exc) if not isinstance(exc, AssertionError) else None
-    seconds = time.perf_counter() - t0
-    expr = None if compile_error is not None else call_expr(test)
-    if actual == "TIMEOUT":
-        expr = None  # re-running the call would only time out again, at the same cost
-    if expr is not None:
-        try:
-            def get_output():
-                exec(pre_c, ns)
-                exec(code_c, ns)
-                return eval(expr, ns)
-            actual = clip(timed(get_output, per_test, per_wall))
-        except TimeoutError as exc:
-            actual = "TIMEOUT" if str(exc) == "TIMEOUT" else text(exc)
-        except BaseException as exc:
+        if not isinstance(exc, AssertionError):
             actual = text(exc)
-    elif actual is None:
-        actual = error
-    emit({"i": i, "passed": False, "actual": clip(actual), "error": error, "seconds": seconds})
+        elif p["script"]:
+            actual = error  # (a script has no one call whose value to show)
+        elif g["hole"] is not None:
+            actual = vals[int(g["hole"][2:])].get("text")
+        else:
+            try:
+                actual = timed(lambda: eval(g["left"], g_), per_test, per_wall)
+            except BaseException as exc2:
+                actual = text(exc2)
+    return {"i": i, "passed": False, "actual": clip(actual), "error": error,
+            "seconds": seconds(reply)}
+def seconds(reply):
+    s = reply.get("seconds")
+    return s if type(s) is float else 0.0
+def send(obj):
+    try:
+        worker.stdin.write(json.dumps(obj).encode("utf-8") + b"\n")
+        worker.stdin.flush()
+    except OSError:
+        pass
+def decide(i, p):
+    # The worker evaluates one assert's calls at a time and waits: after a failing assert
+    # it stops, as the script would have (a later call that loops or raises is not run).
+    send({"i": i, "groups": [g["calls"] for g in p["groups"]], "script": p["script"]})
+    last = len(p["groups"]) - 1
+    for k, g in enumerate(p["groups"]):
+        reply = read(i)
+        if reply is None:
+            worker_ended()
+        result = judge(i, p, g, reply)
+        if result is True:
+            if k < last:
+                send({"more": True})
+            continue
+        if k < last and (result is None or "values" in reply):
+            send({"more": False})  # the worker waits for a word
+        return result
+    return {"i": i, "passed": True, "seconds": seconds(reply)}
+def self_reported(i, why):
+    if judged_only:
+        msg = "not judged: " + why + " (judged_only refuses a self-reported verdict)"
+        # decided here: failed, the test never having reached the candidate
+        return {"i": i, "passed": False, "actual": msg, "error": msg, "seconds": 0.0}
+    send({"i": i, "test": tests[i]})
+    reply = read(i)
+    if reply is None:
+        worker_ended()
+    if not reply:
+        reply = unreadable(i)
+    return {"i": i, "passed": reply.get("passed") is True, "actual": clip(reply.get("actual")),
+            "error": None if reply.get("error") is None else clip(reply.get("error")),
+            "seconds": seconds(reply), "self_reported": True}
+try:
+    worker.stdin.write(json.dumps(wjob).encode("utf-8") + b"\n")
+    worker.stdin.flush()
+except OSError:
+    pass
+wjob = None
+for i, test in enumerate(tests):
+    p = plans[i]
+    if p is None:
+        emit(self_reported(i, "the test is not `assert EXPR` (or a `check(candidate)` of such asserts) over calls of the candidate's with literal arguments"))
+        continue
+    result = decide(i, p)
+    if result is None:
+        result = self_reported(i, "a value the test compares is not plain data")
+    emit(result)
+try:
+    worker.kill()
+    worker.wait()  # (reaped: its CPU time is the judge's children's)
+except OSError:
+    pass
 emit({"done": True})
 os._exit(0)
 """
+)

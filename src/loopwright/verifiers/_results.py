@@ -78,6 +78,10 @@ class TestResult:
             error it raised, or ``TIMEOUT``; ``None`` when the test passed.
         error: the exception that failed the test, ``"Type: message"``.
         seconds: how long the test ran.
+        self_reported: whether the verdict was computed in the candidate's own process (a
+            test the judge cannot decide: not ``assert EXPR`` over the candidate's calls with
+            literal arguments, or a value that is not plain data), which the candidate could
+            have forged; ``False`` when the judge decided it from the values alone.
     """
 
     test: str
@@ -85,6 +89,7 @@ class TestResult:
     actual: str | None = None
     error: str | None = None
     seconds: float = 0.0
+    self_reported: bool = False
 
     @property
     def feedback(self) -> str:
@@ -98,6 +103,7 @@ class TestResult:
             "actual": self.actual,
             "error": self.error,
             "seconds": self.seconds,
+            "self_reported": self.self_reported,
         }
 
 
@@ -116,7 +122,9 @@ class SandboxResult:
         output: the tail of what the candidate printed.
         isolation: the boundary in force (``Boundary``: ``bwrap``, ``unshare`` or ``none``).
         layers: every layer in force: ``boundary``, ``network`` (``namespace`` or
-            ``audit-hook``), ``user`` (``nobody`` or ``unchanged``).
+            ``audit-hook``), ``user`` (``nobody`` or ``unchanged``), ``verdict`` (``judge``:
+            every test decided outside the candidate's process; ``self-reported: N of M
+            tests`` otherwise).
     """
 
     status: SandboxStatus

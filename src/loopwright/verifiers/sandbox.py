@@ -42,10 +42,21 @@ directory, with an environment stripped to ``PATH`` and ``LANG``, and these limi
   writes, deletions and renames outside the working directory, and reads of other processes'
   ``/proc`` entries (by the path's text and where it really leads).
 
+**Verdicts** (stop 54) — two processes: the judge (``_harness``) never runs candidate code and
+alone reports to this process; the worker (``_worker``, a fresh interpreter the judge starts
+after the limits and the user drop, not dumpable-readable by it) runs the candidate. A test of
+the form ``assert EXPR [, MSG]`` whose candidate calls have literal arguments is *judged*: the
+worker is sent only those calls and answers their values as plain data (numbers, strings,
+bytes, lists, tuples, dicts, sets, ``None``), and the judge evaluates the rest of the test, its
+expected values included, over them. Any other test (a script, a value that is not plain
+data) runs whole in the worker and is ``self_reported`` (``TestResult.self_reported``,
+``layers["verdict"]``); ``judged_only=True`` fails such a test instead of running it, so no
+expected value ever enters the candidate's process.
+
 Limitations, stated plainly: an audit hook is not a security boundary against code written to
-defeat it (with ``isolation="none"`` it is all there is); and the child reports its results on
-a pipe the candidate could in principle write to, so a deliberately adversarial candidate could
-forge its own per-test results. docs/security.md has the threat model.
+defeat it (with ``isolation="none"`` it is all there is); a self-reported verdict can be forged
+by a candidate written to; and where the worker keeps root (no ``nobody`` possible) it can
+reach the judge. docs/security.md has the threat model.
 
 Per-test semantics follow LDB's executor (``programming/executors/py_executor.py``): each test
 is executed after re-executing ``preamble + code`` in one namespace shared by the tests of a
@@ -86,6 +97,7 @@ from ._boundary import (
 )
 from ._harness import _HARNESS
 from ._results import Limits, SandboxResult, SandboxStatus, TestResult, checked_run
+from ._worker import _WORKER
 
 __all__ = [
     "ALLOW_UNISOLATED_ENV",
@@ -150,6 +162,7 @@ def run_tests(
     allow_unisolated: bool = False,
     test_wall_s: float | None = None,
     allow_packages: Sequence[str] = (),
+    judged_only: bool = False,
 ) -> SandboxResult:
     """Run ``code`` and then each of ``tests`` in a sandboxed child interpreter.
 
@@ -177,6 +190,9 @@ def run_tests(
         allow_unisolated: where no boundary is possible, run anyway (``isolation="none"``)
             instead of raising ``SandboxUnavailableError``; the environment variable
             ``LOOPWRIGHT_SANDBOX_ALLOW_UNISOLATED=1`` does the same.
+        judged_only: fail, without running it, every test the judge cannot decide outside
+            the candidate's process (its verdict would be ``self_reported``), so no expected
+            value reaches the candidate: for held-out checks.
 
     Never raises for anything the candidate does: hangs, crashes, forks, memory exhaustion
     and blocked operations all come back as a ``SandboxResult`` with failed tests and a
@@ -185,6 +201,8 @@ def run_tests(
     """
     given_s = {"timeout_s": timeout_s, "test_timeout_s": test_timeout_s, "test_wall_s": test_wall_s}
     tests = list(checked_run(tests, limits, given_s))
+    if not isinstance(judged_only, bool):
+        raise ConfigError("must be true or false", field="judged_only")
     if not isinstance(code, str):
         raise ConfigError(f"must be the program's text, got {type(code).__name__}", field="code")
     limits = limits or Limits()
@@ -205,6 +223,8 @@ def run_tests(
     job = {
         "code": code,
         "tests": tests,
+        "worker": _WORKER,
+        "judged_only": judged_only,
         "preamble": preamble,
         "test_timeout_s": test_timeout_s,
         "test_wall_s": test_wall_s,
@@ -357,6 +377,7 @@ def _parse(
                 actual=None if msg.get("passed") else str(msg.get("actual")),
                 error=None if msg.get("error") is None else str(msg.get("error")),
                 seconds=float(msg.get("seconds") or 0.0),
+                self_reported=msg.get("self_reported") is True,
             )
     if boundary == "bwrap" and rc is not None and 128 < rc < 128 + 65:
         rc = 128 - rc  # bwrap reports its child's death by signal N as exit status 128 + N
@@ -377,6 +398,10 @@ def _parse(
         got.get(i) or TestResult(t, False, actual=reason, error=f"not finished: {reason}")
         for i, t in enumerate(tests)
     )
+    if "verdict" in isolation:  # the judge's word, with the tests it could not decide
+        mine = sum(r.self_reported for r in results)
+        if mine:
+            isolation["verdict"] = f"self-reported: {mine} of {len(results)} tests"
     return SandboxResult(status, results, reason, seconds, output, boundary, isolation)
 
 
@@ -392,7 +417,9 @@ class CommandVerifier:
     says ``vacuous`` (``Verdict.vacuous``), a warning finding says why, and the contract refuses
     success on it unless ``contract.success.allow_vacuous = true``. Calls are async (the
     sandbox runs in a worker thread), so many runs can verify
-    concurrently.
+    concurrently. Each test is judged outside the candidate's process where its form allows
+    (``run_tests``); the verdict's ``evidence["self_reported"]`` lists the others and
+    ``judged_only=True`` fails them instead: set it on a held-out check.
     """
 
     def __init__(
@@ -411,9 +438,13 @@ class CommandVerifier:
         name: str = "",
         test_wall_s: float | None = None,
         allow_packages: Sequence[str] = (),
+        judged_only: bool = False,
     ) -> None:
         if not isinstance(allow_unisolated, bool):
             raise ConfigError("must be true or false", field="allow_unisolated")
+        if not isinstance(judged_only, bool):
+            raise ConfigError("must be true or false", field="judged_only")
+        self.judged_only = judged_only
         self.allow_unisolated = allow_unisolated
         self.test_wall_s = test_wall_s
         # checked now: a package that is not installed is a spec error, not a failing test
@@ -494,6 +525,7 @@ class CommandVerifier:
             allow_unisolated=self.allow_unisolated,
             test_wall_s=self.test_wall_s,
             allow_packages=self.allow_packages,
+            judged_only=self.judged_only,
         )
         return self.verdict(result)
 
@@ -516,6 +548,7 @@ class CommandVerifier:
                     "actual": t.actual,
                     "error": t.error,
                     "feedback": t.feedback,
+                    "self_reported": t.self_reported,
                 },
             )
             for i, t in enumerate(result.tests)
@@ -535,6 +568,7 @@ class CommandVerifier:
                 "output": result.output,
                 "isolation": result.isolation,
                 "layers": dict(result.layers),
+                "self_reported": [i for i, t in enumerate(result.tests) if t.self_reported],
                 **(
                     {"warning": "candidate code ran without namespace isolation"}
                     if result.isolation == "none"
@@ -566,6 +600,7 @@ def python_tests_verifier(
     name: str = "",
     test_wall_s: float | None = None,
     allow_packages: Sequence[str] = (),
+    judged_only: bool = False,
 ) -> CommandVerifier:
     """A ``CommandVerifier`` from plain options (the form a loop spec's ``options`` table has):
 
@@ -577,7 +612,8 @@ def python_tests_verifier(
     ```
 
     ``test_timeout_s`` is CPU seconds per test; ``allow_packages`` names vetted third-party
-    packages the candidate may import (``run_tests``).
+    packages the candidate may import; ``judged_only`` fails every test whose verdict would be
+    self-reported by the candidate's process (``run_tests``): set it on a held-out check.
     """
     return CommandVerifier(
         tests=tests,
@@ -593,4 +629,5 @@ def python_tests_verifier(
         name=name,
         test_wall_s=test_wall_s,
         allow_packages=allow_packages,
+        judged_only=judged_only,
     )
