@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._authority import audit, may_operate, refused
+from ._audit import audit_entry, takes_audit
+from ._authority import may_operate, refused
 from ._effect_keys import args_digest
 from ._errors import ConfigError
 from ._host import RuntimeHost
@@ -103,6 +104,12 @@ class Settling(RuntimeHost):
                 else None
             )
             event = {"effect": entry.data.get("name"), "key": ikey, "status": status} | settled
+            # its record written in the settling's transaction: a failed audit write (or a
+            # process gone between the two) left an effect settled with no record of who
+            record = audit_entry(who, "settle_effect", on, origin=origin, key=ikey, done=done,
+                                 note=settled.get("note"))  # fmt: skip
+            in_tx = takes_audit(self.store.journal_put)
+            with_record: dict[str, Any] = {"audit": record} if in_tx else {}
             written = self.store.journal_put(
                 rec.run_id,
                 token,
@@ -114,17 +121,10 @@ class Settling(RuntimeHost):
                 expect_status="in_doubt",
                 events=[NewEvent(entry.cycle, "effect_settled", redact(event))],
                 claim=claim,
+                **with_record,
             )
-            audit(
-                self.store,
-                who,
-                "settle_effect",
-                on,
-                origin=origin,
-                key=ikey,
-                done=done,
-                note=settled.get("note"),
-            )
+            if not in_tx:  # a store of one's own written before ``audit=``: after, as it was
+                self.store.audit_put(**record)
         return written
 
     def _in_doubt_entry(self, run_id: str, key: str) -> JournalEntry:
