@@ -28,7 +28,7 @@ from ._people import _printable_note
 from ._redact import redact, redact_text
 from .store import JournalEntry, NewEvent, Store
 
-__all__ = ["Settling", "settle_hint"]
+__all__ = ["Settling", "settle_hint", "settled_words"]
 
 
 class Settling(RuntimeHost):
@@ -181,4 +181,16 @@ def settle_hint(store: Store, run_id: str, key: str) -> str:
     return (
         f"; once checked, settle it: `loopwright settle {run_id[:12]} {key} --done --result "
         "JSON` (or `--not-done`), then roll the run back and resume it"
+    )
+
+
+def settled_words(entry: JournalEntry, run_id: str, by: str) -> str:
+    """What a settling says it did, and what a person does next (the CLI's and the
+    dashboard's words alike)."""
+    name, ikey = entry.data.get("name"), entry.key.removeprefix("effect:")
+    said = "done" if entry.status == "done" else "not done"
+    return (
+        f"settled {name} ({ikey}) as {said} for run {run_id[:12]} by {by}; to go on, roll the "
+        f"run back to before cycle {entry.cycle} (`loopwright rollback {run_id[:12]} "
+        f"--to-cycle {max(entry.cycle - 1, 0)}`) and resume it"
     )
