@@ -57,6 +57,7 @@ from ._result import (
 from ._resume_ready import LEASE_LOST, Resuming, crash_bound, crash_cause, crashes_at
 from ._run_create import Creating
 from ._settle import Settling
+from ._settle_refund import refund_settle_hint
 from ._store_folder import missing_schema_error, missing_store_folder
 from ._store_threads import in_store_thread, written
 from ._task_parts import say_ignored
@@ -667,7 +668,9 @@ class Runtime(
                 if bad:
                     causes = "; ".join(str(n.get("cause")) for n in bad)
                     packet["recommended_action"] = (
-                        f"Undo by hand what the compensations could not ({causes}). "
+                        f"Undo by hand what the compensations could not ({causes})."
+                        + refund_settle_hint(self.store, ex.run_id)
+                        + " "
                         + str(packet.get("recommended_action", ""))
                     ).strip()
                 self._commit(ex, None, {"packet": packet})

@@ -26,6 +26,7 @@ from ._host import RuntimeHost
 from ._json import check_given_text, check_value
 from ._people import _printable_note
 from ._redact import redact, redact_text
+from ._settle_refund import is_refund, settle_undoing, undone_words
 from .store import JournalEntry, NewEvent, Store
 
 __all__ = ["Settling", "settle_hint", "settled_words"]
@@ -110,6 +111,15 @@ class Settling(RuntimeHost):
                                  note=settled.get("note"))  # fmt: skip
             in_tx = takes_audit(self.store.journal_put)
             with_record: dict[str, Any] = {"audit": record} if in_tx else {}
+            if is_refund(entry):  # the action it undoes: undone, or standing (its claim)
+                settle_undoing(
+                    self.store,
+                    rec.run_id,
+                    token,
+                    entry,
+                    done=done,
+                    result=redact(data.get("result")),
+                )
             written = self.store.journal_put(
                 rec.run_id,
                 token,
@@ -130,11 +140,8 @@ class Settling(RuntimeHost):
     def _in_doubt_entry(self, run_id: str, key: str) -> JournalEntry:
         """The run's effect in doubt that ``key`` names, or a ``ConfigError`` saying why none
         is (and which are in doubt)."""
-        doubts = [
-            e
-            for e in self.store.journal_where(run_id, kind="effect", statuses=("in_doubt",))
-            if not str(e.data.get("name", "")).endswith(".compensate")
-        ]
+        # (a compensation's too: a refund in doubt held its action's claim ``undoing``)
+        doubts = self.store.journal_where(run_id, kind="effect", statuses=("in_doubt",))
         named = [
             e
             for e in doubts
@@ -184,11 +191,15 @@ def settle_hint(store: Store, run_id: str, key: str) -> str:
     )
 
 
-def settled_words(entry: JournalEntry, run_id: str, by: str) -> str:
+def settled_words(store: Store, entry: JournalEntry, run_id: str, by: str) -> str:
     """What a settling says it did, and what a person does next (the CLI's and the
     dashboard's words alike)."""
     name, ikey = entry.data.get("name"), entry.key.removeprefix("effect:")
     said = "done" if entry.status == "done" else "not done"
+    if is_refund(entry):  # (the run is not redone: it was cancelled, or rolled back)
+        return f"settled {name} ({ikey}) as {said} for run {run_id[:12]} by {by}" + undone_words(
+            store, run_id, entry
+        )
     return (
         f"settled {name} ({ikey}) as {said} for run {run_id[:12]} by {by}; to go on, roll the "
         f"run back to before cycle {entry.cycle} (`loopwright rollback {run_id[:12]} "

@@ -540,4 +540,5 @@ def settle(
             got = rt.settle_effect(
                 rec.run_id, key, done=done, by=who, note=note, result=value, origin="cli"
             )
-    say(settled_words(got, rec.run_id, who))
+        said = settled_words(rt.store, got, rec.run_id, who)
+    say(said)

@@ -65,7 +65,7 @@ def settle_act(
         raise HTTPException(400, str(exc)) from exc
     except LoopwrightError as exc:  # executing elsewhere (409), the store failed (503)
         raise http_error(exc) from exc
-    return got, settled_words(got, run_id, by)
+    return got, settled_words(store, got, run_id, by)
 
 
 def register_settle_routes(app: FastAPI, ctx: WebContext) -> None:
