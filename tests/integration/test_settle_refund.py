@@ -80,3 +80,21 @@ def test_loopwright_settle_says_what_the_refund_means(
     assert "settled pay.compensate (pay.compensate:pay:I6) as not done" in out
     assert "pay (pay:I6) stands, done: another run asking for it reuses its result" in out
     assert "roll the run back" not in out
+
+
+def test_the_api_settles_a_refund_in_doubt(url: str) -> None:
+    from fastapi.testclient import TestClient
+
+    from loopwright.web import create_app
+
+    a = _refund_in_doubt(url, Refunds())
+    c = TestClient(create_app(url, token="server-token-0123456789", identity="ana"),
+                   base_url="http://127.0.0.1")  # fmt: skip
+    bearer = {"Authorization": "Bearer server-token-0123456789"}
+    path = f"/api/runs/{a}/effects/pay.compensate:pay:I6/settle"
+    r = c.post(path, json={"done": True, "note": "provider shows the refund"}, headers=bearer)
+    assert r.status_code == 200, r.text
+    assert "pay (pay:I6) is recorded undone" in r.json()["message"]
+    with lw.Runtime(url) as rt:
+        claim = rt.store.effect_claim("spend", "pay:I6")
+        assert claim is not None and claim.status == "compensated"
