@@ -75,14 +75,17 @@ class Settling(RuntimeHost):
         token = self._lease_or_refused(rec.run_id, who, "settle_effect", origin=origin, busy=busy)
         with self._holding(rec.run_id, token):
             try:
+                # (a note holding an escape sequence refused here, audited as a pause's is: it
+                # was refused after this, with no record)
+                printable = _printable_note(note) if note else None
                 entry = self._in_doubt_entry(rec.run_id, key)
             except ConfigError as exc:
                 refused(self.store, who, "settle_effect", on, origin=origin, why=exc)
                 raise
             ikey = entry.key.removeprefix("effect:")
             settled: dict[str, Any] = {"by": by.strip(), "done": done}
-            if note:
-                settled["note"] = _printable_note(note)
+            if printable:
+                settled["note"] = printable
             # the doubt as it was (its cause, its error) kept beside what the person said
             data = {k: v for k, v in entry.data.items() if k not in ("cause", "error")}
             data["settled"] = settled

@@ -67,3 +67,14 @@ def test_a_vote_and_its_record_stand_or_fall_together(url: str) -> None:
         [vote] = rt.store.votes(req.approval_id)
         [rec] = [r for r in rt.store.audit() if r.action == "approve"]
         assert (vote.by, rec.actor, rec.detail["votes"]) == ("ben", "ben", "1 of 2")
+
+
+def test_a_settling_refused_for_its_note_is_audited(url: str) -> None:
+    # a note with an escape sequence was refused after the entry was found, with no record
+    with lw.Runtime(url) as rt:
+        a = rt.run_sync(_paying([], ValueError), TASK, task_key="A")
+        with pytest.raises(lw.ConfigError, match="note"):
+            rt.settle_effect(a.run_id, "pay:I6", done=False, by="ops", note="ok\x1b[2J")
+        [rec] = [r for r in rt.store.audit() if r.action == "settle_effect"]
+        assert (rec.actor, rec.outcome) == ("ops", "refused")
+        assert rt.store.journal(a.run_id, kind="effect")[0].status == "in_doubt"
