@@ -19,6 +19,7 @@ from ._edit_check import owed_after, owes_check
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._resume_ready import crash_bound, crash_cause, crashes_at
+from ._settle_refund import refund_settle_hint
 from ._store_threads import written
 from .store import NewEvent, RunRecord
 
@@ -96,7 +97,9 @@ class Driving(RuntimeHost):
                 if bad:
                     causes = "; ".join(str(n.get("cause")) for n in bad)
                     packet["recommended_action"] = (
-                        f"Undo by hand what the compensations could not ({causes}). "
+                        f"Undo by hand what the compensations could not ({causes})."
+                        + refund_settle_hint(self.store, ex.run_id)
+                        + " "
                         + str(packet.get("recommended_action", ""))
                     ).strip()
                 self._commit(ex, None, {"packet": packet})

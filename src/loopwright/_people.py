@@ -6,7 +6,7 @@ Kept apart from the cycle machinery in ``_engine``; ``Runtime`` inherits these m
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._audit import audit_entry, takes_audit
@@ -35,7 +35,7 @@ from ._question import Question
 from ._redact import redact, redact_text
 from ._redact_logs import masked_logger
 from ._state import TaskState, edits_dropped, said_dropped
-from .store import Approval, Checkpoint, ClosedApproval, NewEvent, RunRecord, Store
+from .store import Approval, Checkpoint, ClosedApproval, NewEvent, RunRecord, Store, Vote
 from .store._records import PAUSE, past_expiry
 
 # (``concluded_at``, ``concluded_in`` and ``refuse_rewritten`` moved to ``_concluded``; the
@@ -242,17 +242,22 @@ class Decisions(RuntimeHost):
                             f"{me} already approved request {req.approval_id} (as {v.by}); "
                             "it needs another person"
                         )
-                votes = self.store.add_vote(req.approval_id, me, note=note, now=time.time())
+
+                # the vote's record, which says how many of how many, written in the vote's
+                # transaction (it was written after: a failed audit write left a vote that
+                # counts with no record of who cast it)
+                def record(votes: Sequence[Vote]) -> dict[str, Any]:
+                    said = f"{len(votes)} of {needed}"
+                    return audit_entry(me, verb, target, origin=origin, **detail, votes=said)
+
+                if takes_audit(self.store.add_vote):
+                    votes = self.store.add_vote(
+                        req.approval_id, me, note=note, now=time.time(), audit=record
+                    )
+                else:  # a store of one's own written before ``audit=``: after, as it was
+                    votes = self.store.add_vote(req.approval_id, me, note=note, now=time.time())
+                    self.store.audit_put(**record(votes))
                 names = [v.by for v in votes]
-                audit(
-                    self.store,
-                    me,
-                    verb,
-                    target,
-                    origin=origin,
-                    **detail,
-                    votes=f"{len(names)} of {needed}",
-                )
                 if len(names) < needed:
                     return self.pending_approval(req.run_id, req.approval_id)
                 who = ", ".join(names)

@@ -18,16 +18,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._authority import audit, may_operate, refused
+from ._audit import audit_entry, takes_audit
+from ._authority import may_operate, refused
 from ._effect_keys import args_digest
 from ._errors import ConfigError
 from ._host import RuntimeHost
 from ._json import check_given_text, check_value
 from ._people import _printable_note
 from ._redact import redact, redact_text
+from ._settle_refund import is_refund, settle_undoing, undone_words
 from .store import JournalEntry, NewEvent, Store
 
-__all__ = ["Settling", "settle_hint"]
+__all__ = ["Settling", "settle_hint", "settled_words"]
 
 
 class Settling(RuntimeHost):
@@ -73,14 +75,17 @@ class Settling(RuntimeHost):
         token = self._lease_or_refused(rec.run_id, who, "settle_effect", origin=origin, busy=busy)
         with self._holding(rec.run_id, token):
             try:
+                # (a note holding an escape sequence refused here, audited as a pause's is: it
+                # was refused after this, with no record)
+                printable = _printable_note(note) if note else None
                 entry = self._in_doubt_entry(rec.run_id, key)
             except ConfigError as exc:
                 refused(self.store, who, "settle_effect", on, origin=origin, why=exc)
                 raise
             ikey = entry.key.removeprefix("effect:")
             settled: dict[str, Any] = {"by": by.strip(), "done": done}
-            if note:
-                settled["note"] = _printable_note(note)
+            if printable:
+                settled["note"] = printable
             # the doubt as it was (its cause, its error) kept beside what the person said
             data = {k: v for k, v in entry.data.items() if k not in ("cause", "error")}
             data["settled"] = settled
@@ -103,6 +108,21 @@ class Settling(RuntimeHost):
                 else None
             )
             event = {"effect": entry.data.get("name"), "key": ikey, "status": status} | settled
+            # its record written in the settling's transaction: a failed audit write (or a
+            # process gone between the two) left an effect settled with no record of who
+            record = audit_entry(who, "settle_effect", on, origin=origin, key=ikey, done=done,
+                                 note=settled.get("note"))  # fmt: skip
+            in_tx = takes_audit(self.store.journal_put)
+            with_record: dict[str, Any] = {"audit": record} if in_tx else {}
+            if is_refund(entry):  # the action it undoes: undone, or standing (its claim)
+                settle_undoing(
+                    self.store,
+                    rec.run_id,
+                    token,
+                    entry,
+                    done=done,
+                    result=redact(data.get("result")),
+                )
             written = self.store.journal_put(
                 rec.run_id,
                 token,
@@ -114,27 +134,17 @@ class Settling(RuntimeHost):
                 expect_status="in_doubt",
                 events=[NewEvent(entry.cycle, "effect_settled", redact(event))],
                 claim=claim,
+                **with_record,
             )
-            audit(
-                self.store,
-                who,
-                "settle_effect",
-                on,
-                origin=origin,
-                key=ikey,
-                done=done,
-                note=settled.get("note"),
-            )
+            if not in_tx:  # a store of one's own written before ``audit=``: after, as it was
+                self.store.audit_put(**record)
         return written
 
     def _in_doubt_entry(self, run_id: str, key: str) -> JournalEntry:
         """The run's effect in doubt that ``key`` names, or a ``ConfigError`` saying why none
         is (and which are in doubt)."""
-        doubts = [
-            e
-            for e in self.store.journal_where(run_id, kind="effect", statuses=("in_doubt",))
-            if not str(e.data.get("name", "")).endswith(".compensate")
-        ]
+        # (a compensation's too: a refund in doubt held its action's claim ``undoing``)
+        doubts = self.store.journal_where(run_id, kind="effect", statuses=("in_doubt",))
         named = [
             e
             for e in doubts
@@ -181,4 +191,20 @@ def settle_hint(store: Store, run_id: str, key: str) -> str:
     return (
         f"; once checked, settle it: `loopwright settle {run_id[:12]} {key} --done --result "
         "JSON` (or `--not-done`), then roll the run back and resume it"
+    )
+
+
+def settled_words(store: Store, entry: JournalEntry, run_id: str, by: str) -> str:
+    """What a settling says it did, and what a person does next (the CLI's and the
+    dashboard's words alike)."""
+    name, ikey = entry.data.get("name"), entry.key.removeprefix("effect:")
+    said = "done" if entry.status == "done" else "not done"
+    if is_refund(entry):  # (the run is not redone: it was cancelled, or rolled back)
+        return f"settled {name} ({ikey}) as {said} for run {run_id[:12]} by {by}" + undone_words(
+            store, run_id, entry
+        )
+    return (
+        f"settled {name} ({ikey}) as {said} for run {run_id[:12]} by {by}; to go on, roll the "
+        f"run back to before cycle {entry.cycle} (`loopwright rollback {run_id[:12]} "
+        f"--to-cycle {max(entry.cycle - 1, 0)}`) and resume it"
     )

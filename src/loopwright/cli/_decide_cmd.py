@@ -518,6 +518,7 @@ def settle(
     it again). Then roll the run back to before its cycle and resume it."""
     from .._engine import Runtime
     from .._json import strict_loads
+    from .._settle import settled_words
     from .._spec import register_run_secrets
     from ._people_cmd import acting_as
     from ._render import say
@@ -540,13 +541,8 @@ def settle(
             got = rt.settle_effect(
                 rec.run_id, key, done=done, by=who, note=note, result=value, origin="cli"
             )
-    name, ikey = got.data.get("name"), got.key.removeprefix("effect:")
-    say(
-        f"settled {name} ({ikey}) as {'done' if done else 'not done'} for run "
-        f"{rec.run_id[:12]} by {who}; to go on, roll the run back to before cycle {got.cycle} "
-        f"(`loopwright rollback {rec.run_id[:12]} --to-cycle {max(got.cycle - 1, 0)}`) and "
-        "resume it"
-    )
+        said = settled_words(rt.store, got, rec.run_id, who)
+    say(said)
 
 
 def _said_ended(result: RunResult, task_key: str) -> None:

@@ -9,7 +9,7 @@ stays open, and writes that need the tables say so in one line.
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -163,10 +163,19 @@ class PeopleStore:
         """The active user whose live token has this hash, else ``None``."""
         return None
 
-    def add_vote(self, approval_id: str, by: str, *, note: str | None, now: float) -> list[Vote]:
+    def add_vote(
+        self,
+        approval_id: str,
+        by: str,
+        *,
+        note: str | None,
+        now: float,
+        audit: Callable[[Sequence[Vote]], Mapping[str, Any]] | None = None,
+    ) -> list[Vote]:
         """Record ``by``'s approval of a pending request; all its votes, oldest first, counted
         after any vote being recorded at the same time (a lock on the run, as
-        ``decide_approval`` takes). ``ConflictError`` when ``by`` already voted,
+        ``decide_approval`` takes). ``audit``: made from those votes, the vote's audit record
+        (``audit_put``'s fields), written in the vote's transaction. ``ConflictError`` when ``by`` already voted,
         ``ApprovalError`` when the request is no longer pending or ``by`` is a revoked user
         (revoked after the engine checked them: ``revoke_user`` withdraws pending votes)."""
         raise self._no_people()

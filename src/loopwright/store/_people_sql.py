@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -167,7 +167,15 @@ class PeopleSQL(PeopleStore):
         )
         return self._user(rows[0]) if rows else None
 
-    def add_vote(self, approval_id: str, by: str, *, note: str | None, now: float) -> list[Vote]:
+    def add_vote(
+        self,
+        approval_id: str,
+        by: str,
+        *,
+        note: str | None,
+        now: float,
+        audit: Callable[[Sequence[Vote]], Mapping[str, Any]] | None = None,
+    ) -> list[Vote]:
         p = self._p
         with self._tx() as conn:
             # The run's row first, as ``decide_approval`` takes it: two people voting at once
@@ -209,7 +217,10 @@ class PeopleSQL(PeopleStore):
                 p('SELECT approval_id, "by", at, note FROM votes WHERE approval_id=? ORDER BY at'),
                 (approval_id,),
             ).fetchall()
-        return [Vote(*r) for r in rows]
+            votes = [Vote(*r) for r in rows]
+            if audit is not None:  # the record of the vote stands or falls with it
+                self._audit_row(conn, audit(votes))
+        return votes
 
     def votes(self, approval_id: str) -> list[Vote]:
         rows = self._all(

@@ -32,6 +32,7 @@ class JournalStore(ABC):
         events: Sequence[NewEvent] = (),
         claim: tuple[str, str, str] | None = None,
         lazy: bool = False,
+        audit: Mapping[str, Any] | None = None,
     ) -> JournalEntry:
         """Insert or update the journal entry ``(run_id, key)`` and append ``events``, in one
         transaction. ``lazy``: the write must survive the process, not the machine (a call's
@@ -59,7 +60,10 @@ class JournalStore(ABC):
         reused the action is among them (``EffectReused`` otherwise, nothing written); a
         ``compensated`` one appends an ``effect_reuse_refunded`` event to each such run (the
         ``undoing`` one, an ``effect_reuse_refunding`` event; a ``done`` one putting an
-        undoing back, the refund refused, an ``effect_reuse_refund_refused`` event)."""
+        undoing back, the refund refused, an ``effect_reuse_refund_refused`` event).
+
+        ``audit``: the record of a person's write (``audit_put``'s fields: a settling),
+        written in the same transaction: neither lands without the other."""
 
     @abstractmethod
     def effect_claim(self, kind: str, key: str) -> EffectClaim | None:

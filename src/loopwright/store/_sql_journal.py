@@ -61,11 +61,13 @@ class JournalSQL(SQLCore):
         events: Sequence[NewEvent] = (),
         claim: tuple[str, str, str] | None = None,
         lazy: bool = False,
+        audit: Mapping[str, Any] | None = None,
     ) -> JournalEntry:
         q = self._q
         now = time.time()
         payload = self._js(dict(data))
-        if claim is None and expect_status is None and attempts is not None and not events:
+        bill = claim is None and expect_status is None and attempts is not None and not events
+        if bill and audit is None:
             # A call's bill (written before every billed call's cycle commits): one statement,
             # fenced by its own condition, in place of the fence, the read and the write. No
             # row: the path below finds out why (a stale token, no such run) and says so.
@@ -124,6 +126,10 @@ class JournalSQL(SQLCore):
                 self._executemany(
                     conn, q.insert_event, [event_row(run_id, e, now, self._js) for e in events]
                 )
+            if (
+                audit is not None
+            ):  # a person's write (a settling): its record stands or falls with it
+                self._audit_row(conn, audit)
         return self._journal(row)
 
     def _claim(

@@ -10,7 +10,7 @@ from urllib.parse import quote
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from .._audit import audit
@@ -25,6 +25,7 @@ from ._http import NotText, json_body, origin_of
 from ._operations import act, decide, edit_part, may_act, pause_act, refused_decision
 from ._queries import PAGE_SIZE, approvals_query, page_size, paged, runs_query
 from ._run_json import run_document
+from ._settle_routes import api_settle_flow
 from ._views import (
     approval_summary,
     edits_view,
@@ -35,7 +36,7 @@ from ._views import (
     stop_words,
 )
 
-__all__ = ["Decision", "Note", "register_api"]
+__all__ = ["Decision", "Note", "Settlement", "register_api"]
 
 
 class _Posted(BaseModel):
@@ -60,6 +61,17 @@ class Note(_Posted):
 
     SHAPE: ClassVar[str] = '{"note": "..."}'
 
+    note: str | None = None
+
+
+class Settlement(_Posted):
+    """What a person found out about an effect left in doubt: ``done`` (true or false, not
+    1 or "yes"), its ``result`` (``done`` only), a ``note``."""
+
+    SHAPE: ClassVar[str] = '{"done": true, "result": ..., "note": "..."}'
+
+    done: StrictBool
+    result: Any = None
     note: str | None = None
 
 
@@ -294,6 +306,24 @@ def register_api(app: FastAPI, ctx: WebContext) -> None:
             "edit": edits_view(store.events_of_kinds(done.run_id, ("edited",), limit=1))[-1],
             "message": msg,
         }
+
+    # {key:path}: an effect's key holds what its business key holds (a colon, a slash)
+    @app.post(
+        "/api/runs/{run_id}/effects/{key:path}/settle",
+        tags=["runs"],
+        openapi_extra=body_schema(Settlement, True),
+    )
+    async def api_settle(request: Request, run_id: str, key: str) -> dict[str, Any]:
+        """Settle an effect of the run left in doubt, as the token's person (an operator),
+        as ``loopwright settle`` does: JSON ``{"done": true, "result": ..., "note": "..."}``
+        (it happened, returning ``result``: a redo, or another run asking for the action,
+        reuses it) or ``{"done": false}`` (it did not: recorded failed, its key kept for the
+        next attempt). ``key``: the effect's key as the packet names it, or its name. Returns
+        ``run``, the ``effect`` as written, ``message``; then roll the run back to before
+        its cycle and resume it. Not in doubt, or another run's: 400 (audited)."""
+        return await api_settle_flow(
+            ctx, request, run_id, key, lambda: body_of(request, Settlement, required=True)
+        )
 
     @app.get("/api/metrics", tags=["metrics"])
     def api_metrics(

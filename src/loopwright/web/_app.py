@@ -46,6 +46,7 @@ from ._run_page import (  # noqa: F401  (re-exported; patch them in _run_page, w
     EVENTS_SHOWN,
     VERSIONS_SHOWN,
 )
+from ._settle_routes import register_settle_routes
 from ._sign_in import register_sign_in
 from ._values import exact, reveal
 from ._waterfall import duration, install_waterfall
@@ -199,6 +200,7 @@ def create_app(
 
     install_waterfall(app, store, ctx.page)  # a model call's page; /api/runs/{id}/calls, /spans
 
+    register_settle_routes(app, ctx)  # the run page's settle form (settle54)
     register_api(app, ctx)  # --- JSON API
 
     return app

@@ -445,6 +445,13 @@ def journal_view(entries: list[JournalEntry]) -> list[dict[str, Any]]:
                 "cycle": e.cycle,
                 "status": e.status,
                 "in_doubt": e.status == "in_doubt",
+                # what a person may settle here (``loopwright settle``'s): the run's own
+                # effect in doubt, not one in doubt about another run's action
+                "settle_key": (
+                    e.key.removeprefix("effect:")
+                    if e.kind == "effect" and e.status == "in_doubt" and not d.get("from_run")
+                    else ""
+                ),
                 "attempts": e.attempts,
                 "args": short(d.get("args"), 160) if d.get("args") is not None else "",
                 "result": short(d.get("result"), 160) if d.get("result") is not None else "",
