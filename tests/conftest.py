@@ -31,20 +31,21 @@ if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCAC
 # end on small files together. xdist's own order (``--loadscope-reorder``, its default, which the
 # Makefile turns off) is by number of tests, most first, and put the files of one or two long
 # tests last (``test_no_socket_left``: one test, 48 s). The figures are the wall seconds of each
-# file's tests among the 200 slowest of a full ``-n 2`` run on a loaded VM (stop 52); the order
-# is all that is read: a stale or missing entry costs balance, never a result. Other files keep
-# xdist's order after these.
+# file's tests among the 200 slowest of a full ``-n 2`` run on a loaded VM (stop 52), the three
+# SIGKILL files whose children are now forked (``tests/forkserver.py``, stop 54) scaled by the CPU
+# each took after / before, measured file by file; the order is all that is read: a stale or
+# missing entry costs balance, never a result. Other files keep xdist's order after these.
 HEAVY_FIRST: dict[str, float] = {
-    "tests/integration/test_money_kills.py": 288,
     "tests/e2e/test_doc_snippets.py": 240,
     "tests/integration/test_fit_replay_stream.py": 180,  # 297 before its LDB fit's smaller grid
-    "tests/integration/test_crash_large_values.py": 170,
     "tests/integration/test_fit_stop.py": 167,
     "tests/e2e/test_cli_effects.py": 161,
+    "tests/integration/test_money_kills.py": 144,  # 288 × 26.8 / 53.7 s of CPU, forked
     "tests/integration/test_stop_default_ceiling.py": 118,
-    "tests/integration/test_kills_on_new_paths.py": 111,
     "tests/integration/test_workers.py": 105,
     "tests/integration/test_judged_is_stored.py": 75,
+    "tests/integration/test_crash_large_values.py": 73,  # 170 × 28.6 / 66.3, forked
+    "tests/integration/test_kills_on_new_paths.py": 69,  # 111 × 36.6 / 58.7, forked
     "tests/integration/test_pg_claim_scale.py": 69,
     "tests/integration/test_ray_executor.py": 67,
     "tests/e2e/test_cli_inputs.py": 67,

@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from forkserver import run_child
 
 import loopwright as lw
 from loopwright._errors import ConfigError
@@ -34,14 +34,8 @@ def _run(url: str, key: str, work: Path, **env: str) -> tuple[int, dict[str, Any
     full = {k: v for k, v in os.environ.items() if not k.startswith("CB_")}
     full.update({"PYTHONUNBUFFERED": "1", **env})
     full.pop("LOOPWRIGHT_STORE", None)
-    proc = subprocess.run(
-        [sys.executable, str(RUNNER), url, key, str(work)],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=300,  # only a hung runner takes this long
-        check=False,
-    )
+    # only a hung runner takes 300 s; forked (tests/forkserver.py): the same runner, its own pid
+    proc = run_child([sys.executable, str(RUNNER), url, key, str(work)], full, 300)
     if proc.returncode == DIED:
         return DIED, None
     assert proc.returncode == 0, f"runner failed ({proc.returncode}):\n{proc.stderr}"

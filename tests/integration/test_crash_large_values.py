@@ -32,7 +32,6 @@ import io
 import json
 import os
 import signal
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -43,6 +42,7 @@ from typing import Any
 import pytest
 from bigkills import workload as bw
 from crashpoints.killpoint import PHASES
+from forkserver import run_child
 from support.crash import billed_told, less_owed, told
 
 import loopwright as lw
@@ -75,14 +75,8 @@ def _run(url: str, work: Path, *, action: str = "run", kill: Step | None = None)
         env["BK_CRASH"] = f"{kill[1][0]}:{kill[1][1]}"
     elif kill is not None:
         env["BK_COMMIT_KILL"] = str(kill[1])
-    return subprocess.run(
-        [sys.executable, str(RUNNER), url, KEY],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,  # only a hung runner takes this long
-        check=False,
-    )
+    # only a hung runner takes 300 s; forked (tests/forkserver.py): the same runner, its own pid
+    return run_child([sys.executable, str(RUNNER), url, KEY], env, 300)
 
 
 def _ok(proc: Any) -> dict[str, Any]:

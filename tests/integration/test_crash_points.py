@@ -44,6 +44,7 @@ from typing import Any
 import pytest
 from crashpoints import workload as wl
 from crashpoints.killpoint import PHASES
+from forkserver import run_child
 from support.crash import less_owed
 
 import loopwright as lw
@@ -79,14 +80,9 @@ def _run(
     env.pop("CP_CRASH", None)
     if crash is not None:
         env["CP_CRASH"] = f"{crash[0]}:{crash[1]}"
-    return subprocess.run(
-        [sys.executable, str(RUNNER), str(work / "store.db"), KEY],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,  # only a hung runner takes this long, however loaded the machine
-        check=False,
-    )
+    # only a hung runner takes 300 s, however loaded the machine; forked from a server that
+    # imported loopwright once (tests/forkserver.py): the same runner, its own pid
+    return run_child([sys.executable, str(RUNNER), str(work / "store.db"), KEY], env, 300)
 
 
 def _lines(path: Path) -> list[str]:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from forkserver import Forked, child_process
 from support.crash import less_owed
 from test_append_only_state import RUN_ID
 
@@ -78,18 +79,15 @@ PHASES = ("before_actor", "after_actor", "before_checkpoint", "after_checkpoint"
 
 def _popen(
     db: Path, spec: Path, task_file: Path, kill: tuple[str, int] | None = None
-) -> subprocess.Popen[str]:
+) -> Forked | subprocess.Popen[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "CRASHLOOP_CALLS": str(db) + ".calls"}
     env.pop("LOOPWRIGHT_STORE", None)
     env.pop("CRASHLOOP_KILL", None)
     if kill is not None:
         env["CRASHLOOP_KILL"] = f"{kill[0]}:{kill[1]}"
-    return subprocess.Popen(
-        [sys.executable, str(RUNNER), str(db), str(spec), str(task_file), KEY],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
+    # forked (tests/forkserver.py): the same runner, its own pid
+    return child_process(
+        [sys.executable, str(RUNNER), str(db), str(spec), str(task_file), KEY], env
     )
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -24,6 +23,7 @@ from typing import Any
 
 import newpaths_kill as nk
 import pytest
+from forkserver import run_child
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.crash import Crash, phase_hook
@@ -185,14 +185,8 @@ def _step(db: str, work: Path, scenario: str, step: str, kill: str | None) -> in
     env.pop("NP_KILL", None)
     if kill is not None:
         env["NP_KILL"] = kill
-    proc = subprocess.run(
-        [sys.executable, str(RUNNER), db, str(work), scenario, step],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,  # only a hung runner takes this long
-        check=False,
-    )
+    # only a hung runner takes 300 s; forked (tests/forkserver.py): the same runner, its own pid
+    proc = run_child([sys.executable, str(RUNNER), db, str(work), scenario, step], env, 300)
     assert proc.returncode in (0, -signal.SIGKILL), proc.stderr[-3000:]
     return proc.returncode
 

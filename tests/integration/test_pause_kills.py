@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from doc_loop import TARGET
+from forkserver import run_child
 
 import loopwright as lw
 
@@ -42,14 +42,8 @@ POINTS = [
 def _killed(db: str, work: Path, mode: str, kill: str) -> None:
     env = {**os.environ, "PK_KILL": kill, "PK_PAUSE_AT": "2", "PYTHONUNBUFFERED": "1"}
     env.pop("LOOPWRIGHT_STORE", None)
-    p = subprocess.run(
-        [sys.executable, str(RUNNER), db, str(work), mode],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    # forked (tests/forkserver.py): the same runner, its own pid
+    p = run_child([sys.executable, str(RUNNER), db, str(work), mode], env, 120)
     assert p.returncode == -9, (p.returncode, p.stdout, p.stderr)  # killed where asked
 
 

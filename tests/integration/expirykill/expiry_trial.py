@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -37,8 +36,10 @@ from loopwright.store import open_store
 HERE = Path(__file__).resolve().parent
 RUNNER = HERE / "expiry_runner.py"
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1]))
 
 from expiry_runner import Paid, overdue  # noqa: E402
+from forkserver import child_process  # noqa: E402
 
 ENDED = ("accepted", "stopped", "escalated", "failed", "cancelled")
 
@@ -60,13 +61,8 @@ class Trial:
             env["XK_KILL"] = kill
         if pause is not None:
             env["XK_PAUSE"] = pause
-        return subprocess.Popen(
-            [sys.executable, str(RUNNER), self.db, str(self.work), *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        # forked (tests/forkserver.py): the same runner, its own pid
+        return child_process([sys.executable, str(RUNNER), self.db, str(self.work), *args], env)
 
     def wait(self, proc: Any, *, must_die: bool = False) -> dict[str, Any] | None:
         """The process's answer, or ``None`` when it was killed (then counted)."""

@@ -18,7 +18,9 @@ import loopwright as lw
 HERE = Path(__file__).resolve().parent
 RUNNER = HERE / "runner.py"
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1]))
 
+from forkserver import Forked, child_process  # noqa: E402
 from ledger import Ledger  # noqa: E402
 
 ENDED = ("accepted", "stopped", "escalated", "failed")
@@ -39,7 +41,7 @@ class Trial:
 
     def start(
         self, action: str, key: str, *extra: str, crash: str | None = None, **env: str
-    ) -> subprocess.Popen[str]:
+    ) -> Forked | subprocess.Popen[str]:
         full = {**os.environ, "PYTHONUNBUFFERED": "1", "MK_DIR": str(self.work), **self.env}
         full.pop("LOOPWRIGHT_STORE", None)
         full.pop("MK_CRASH", None)
@@ -48,15 +50,10 @@ class Trial:
             full["MK_PROVIDER_KILL"] = crash.removeprefix("provider:")
         elif crash is not None:
             full["MK_CRASH"] = crash
-        return subprocess.Popen(
-            [sys.executable, str(RUNNER), self.db, action, key, *extra],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=full,
-        )
+        # forked from a server that imported loopwright once: the same runner, its own pid
+        return child_process([sys.executable, str(RUNNER), self.db, action, key, *extra], full)
 
-    def wait(self, proc: subprocess.Popen[str]) -> str | None:
+    def wait(self, proc: Forked | subprocess.Popen[str]) -> str | None:
         """The run's status, or ``None`` when the process was killed (SIGKILL, as asked)."""
         out, err = proc.communicate(timeout=300)  # only a hung runner takes this long
         if proc.returncode == -9:
