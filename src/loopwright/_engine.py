@@ -183,6 +183,9 @@ class Runtime(
         # (a token passed by hand) ending first left a set without the run, and this runtime
         # then took its lease from its own live execution (``_take_lease``; review48)
         self._driving: Counter[str] = Counter()
+        # Words of executions that stopped alive the store refused (down as they stopped):
+        # said again before this runtime's next resume counts crashes (``_say_unsaid``)
+        self._unsaid: list[tuple[str, int, int, str]] = []
         self.group_commit = group_commit
         self.memory_enabled = memory
         self._memory: FeedbackMemory | None = None
@@ -349,6 +352,8 @@ class Runtime(
         a lease this runtime's owner already holds (``Store.claim_runs``)."""
         held: list[tuple[str, int]] = [] if token is None else [(run_id, token)]
         try:
+            if self._unsaid:
+                await self._say_unsaid()
             ready = await self._ready(run_id, loop, token, held)
         except BaseException:
             # A failure before the drive (a store read under the lease, a damaged checkpoint,
@@ -479,7 +484,9 @@ class Runtime(
         try:
             if ex.seq > opened and (ex.lost or alive is not None):
                 why = LEASE_LOST if ex.lost else str(alive)
-                await written(self.store, _said_alive, self.store, ex, why)
+                word = (ex.run_id, ex.token, ex.state.cycle, why)
+                if not await written(self.store, _said_alive, self.store, *word):
+                    self._unsaid = [*self._unsaid[1 - _UNSAID_KEPT :], word]
         except asyncio.CancelledError:
             cancelled = True
         if not ex.lost:
@@ -498,6 +505,17 @@ class Runtime(
         if cancelled:
             raise asyncio.CancelledError
         return answered
+
+    async def _say_unsaid(self) -> None:
+        """The words the store refused as their executions stopped alive, said now, in order,
+        until it refuses one again: matched by lease wherever they lie, they are read by the
+        count of the resume about to start (a worker's next claim after an outage, a caller
+        that resumes once the store answers), not counted as crashes there (crash54)."""
+        words, self._unsaid = self._unsaid, []
+        for i, word in enumerate(words):
+            if not await written(self.store, _said_alive, self.store, *word):
+                self._unsaid = [*words[i:], *self._unsaid][-_UNSAID_KEPT:]
+                return
 
     def resume_sync(self, run_id: str, loop: Loop) -> RunResult:
         return _sync(self.resume(run_id, loop))
@@ -760,29 +778,39 @@ class Runtime(
             reflect = decided = True
 
 
-def _said_alive(store: Store, ex: _Exec, why: str) -> None:
-    """An execution that wrote its start event stops alive, the run left resumable: said by its
-    lease (``interrupted``), so that resuming the run counts no crash of it (``crashes_at``).
-    Written before the lease is handed back; one whose lease was taken over writes it late,
-    unfenced, after its successor's start maybe (read by its token, not where it lies): the
-    one write of a fenced-out executor, its own word and no state, and only to a run still
-    open (an ended one is resumed no more: its log stays as its last executor left it). Not
-    said when the store still fails: the run then counts it as a crash, as a process that
-    died. Refused on its run's row held by another session (``RowLocked``, from a store
-    thread): raised, so that it is tried again once the lock goes, not dropped."""
+_UNSAID_KEPT = 1000  # (an outage of many runs: the oldest words beyond it are let go)
+
+
+def _said_alive(store: Store, run_id: str, token: int, cycle: int, why: str) -> bool:
+    """An execution (lease ``token``) that wrote its start event stops alive, the run left
+    resumable: said by its lease (``interrupted``), so that resuming the run counts no crash of
+    it (``crashes_at``). Written before the lease is handed back; one whose lease was taken
+    over writes it late, unfenced, after its successor's start maybe (read by its token, not
+    where it lies): the one write of a fenced-out executor, its own word and no state, and
+    only to a run still open (an ended one is resumed no more: its log stays as its last
+    executor left it). False when the store fails it (``StoreUnavailableError``): its runtime
+    says it again before its next resume (``Runtime._say_unsaid``); a process that exits
+    first leaves a crash to count, as one that died. Refused on its run's row held by another
+    session (``RowLocked``, from a store thread): raised, so that it is tried again once the
+    lock goes, not dropped."""
     try:
-        now = store.get_run(ex.run_id)
-        if now.fencing_token != ex.token or now.lease_owner is None:
+        now = store.get_run(run_id)
+        if now.status in TERMINAL_STATUSES:
+            # ended: by another since a takeover, or by this execution itself, its last commit
+            # durable though its answer was lost (the store failing at it: ``_ended_here``)
+            return True
+        if now.fencing_token != token or now.lease_owner is None:
             # taken over meanwhile (a process frozen while its store failed it, too): late
-            if now.status in TERMINAL_STATUSES:
-                return
             why = LEASE_LOST
-        event = NewEvent(ex.state.cycle, "interrupted", {"lease": ex.token, "why": why})
-        store.append_events(ex.run_id, [event])
+        event = NewEvent(cycle, "interrupted", {"lease": token, "why": why})
+        store.append_events(run_id, [event])
     except RowLocked:
         raise  # (nothing of it written: ``in_store_thread`` tries it again)
+    except StoreUnavailableError:
+        return False
     except Exception:
-        return
+        return True  # (refused for good, the run gone say: nothing to say it again for)
+    return True
 
 
 def _refuse_missing_folder(store: str | None) -> None:
