@@ -461,6 +461,9 @@ class Concluding(RuntimeHost):
                     "best_score": s.best_score,
                     "improved": improved,
                     "duplicate": duplicate,
+                    # (its execution's lease: the crash count judges the one that concluded
+                    # the cycle by it, not by its successor's less one; ``crashes_at``)
+                    "lease": ex.token,
                 },
             )
         )

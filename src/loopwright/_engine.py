@@ -186,6 +186,9 @@ class Runtime(
         # (a token passed by hand) ending first left a set without the run, and this runtime
         # then took its lease from its own live execution (``_take_lease``; review48)
         self._driving: Counter[str] = Counter()
+        # Words of executions that stopped alive the store refused (down as they stopped):
+        # said again before this runtime's next resume counts crashes (``_say_unsaid``)
+        self._unsaid: list[tuple[str, int, int, str]] = []
         self.group_commit = group_commit
         self.memory_enabled = memory
         self._memory: FeedbackMemory | None = None
@@ -352,6 +355,8 @@ class Runtime(
         a lease this runtime's owner already holds (``Store.claim_runs``)."""
         held: list[tuple[str, int]] = [] if token is None else [(run_id, token)]
         try:
+            if self._unsaid:
+                await self._say_unsaid()
             ready = await self._ready(run_id, loop, token, held)
         except BaseException:
             # A failure before the drive (a store read under the lease, a damaged checkpoint,

@@ -53,6 +53,7 @@ class RuntimeHost:
     history_window: int
     _active: int
     _driving: Counter[str]  # the runs this runtime is executing now (``Runtime.resume``)
+    _unsaid: list[tuple[str, int, int, str]]  # words of stops alive the store refused
     _memory: FeedbackMemory | None
     _group: GroupCommitter | None
     _recall_group: GroupRecall | None

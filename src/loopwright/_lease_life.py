@@ -82,7 +82,9 @@ class LeaseLife(RuntimeHost):
         try:
             if ex.seq > opened and (ex.lost or alive is not None):
                 why = LEASE_LOST if ex.lost else str(alive)
-                await written(self.store, _said_alive, self.store, ex, why)
+                word = (ex.run_id, ex.token, ex.state.cycle, why)
+                if not await written(self.store, _said_alive, self.store, *word):
+                    self._unsaid = [*self._unsaid[1 - _UNSAID_KEPT :], word]
         except asyncio.CancelledError:
             cancelled = True
         if not ex.lost:
@@ -102,6 +104,17 @@ class LeaseLife(RuntimeHost):
             raise asyncio.CancelledError
         return answered
 
+    async def _say_unsaid(self) -> None:
+        """The words the store refused as their executions stopped alive, said now, in order,
+        until it refuses one again: matched by lease wherever they lie, they are read by the
+        count of the resume about to start (a worker's next claim after an outage, a caller
+        that resumes once the store answers), not counted as crashes there (crash54)."""
+        words, self._unsaid = self._unsaid, []
+        for i, word in enumerate(words):
+            if not await written(self.store, _said_alive, self.store, *word):
+                self._unsaid = [*words[i:], *self._unsaid][-_UNSAID_KEPT:]
+                return
+
     def _ended_here(self, ex: _Exec, started: RunRecord) -> bool:
         """Whether a commit of ``ex`` (its answer lost: the connection dropped after the server
         committed) ended or parked its run: the store holds the run so, under ``ex``'s own
@@ -119,26 +132,36 @@ class LeaseLife(RuntimeHost):
         )
 
 
-def _said_alive(store: Store, ex: _Exec, why: str) -> None:
-    """An execution that wrote its start event stops alive, the run left resumable: said by its
-    lease (``interrupted``), so that resuming the run counts no crash of it (``crashes_at``).
-    Written before the lease is handed back; one whose lease was taken over writes it late,
-    unfenced, after its successor's start maybe (read by its token, not where it lies): the
-    one write of a fenced-out executor, its own word and no state, and only to a run still
-    open (an ended one is resumed no more: its log stays as its last executor left it). Not
-    said when the store still fails: the run then counts it as a crash, as a process that
-    died. Refused on its run's row held by another session (``RowLocked``, from a store
-    thread): raised, so that it is tried again once the lock goes, not dropped."""
+_UNSAID_KEPT = 1000  # (an outage of many runs: the oldest words beyond it are let go)
+
+
+def _said_alive(store: Store, run_id: str, token: int, cycle: int, why: str) -> bool:
+    """An execution (lease ``token``) that wrote its start event stops alive, the run left
+    resumable: said by its lease (``interrupted``), so that resuming the run counts no crash of
+    it (``crashes_at``). Written before the lease is handed back; one whose lease was taken
+    over writes it late, unfenced, after its successor's start maybe (read by its token, not
+    where it lies): the one write of a fenced-out executor, its own word and no state, and
+    only to a run still open (an ended one is resumed no more: its log stays as its last
+    executor left it). False when the store fails it (``StoreUnavailableError``): its runtime
+    says it again before its next resume (``Runtime._say_unsaid``); a process that exits
+    first leaves a crash to count, as one that died. Refused on its run's row held by another
+    session (``RowLocked``, from a store thread): raised, so that it is tried again once the
+    lock goes, not dropped."""
     try:
-        now = store.get_run(ex.run_id)
-        if now.fencing_token != ex.token or now.lease_owner is None:
+        now = store.get_run(run_id)
+        if now.status in TERMINAL_STATUSES:
+            # ended: by another since a takeover, or by this execution itself, its last commit
+            # durable though its answer was lost (the store failing at it: ``_ended_here``)
+            return True
+        if now.fencing_token != token or now.lease_owner is None:
             # taken over meanwhile (a process frozen while its store failed it, too): late
-            if now.status in TERMINAL_STATUSES:
-                return
             why = LEASE_LOST
-        event = NewEvent(ex.state.cycle, "interrupted", {"lease": ex.token, "why": why})
-        store.append_events(ex.run_id, [event])
+        event = NewEvent(cycle, "interrupted", {"lease": token, "why": why})
+        store.append_events(run_id, [event])
     except RowLocked:
         raise  # (nothing of it written: ``in_store_thread`` tries it again)
+    except StoreUnavailableError:
+        return False
     except Exception:
-        return
+        return True  # (refused for good, the run gone say: nothing to say it again for)
+    return True

@@ -148,10 +148,11 @@ def crashes_at(store: Store, run_id: str, cycle: int, token: int | None = None) 
 
     Read backwards up to a ``_HANDED_OVER`` event. Each execution met (its start event) died
     unless it said it stopped alive (``_LEFT_ALIVE``, by its lease); so did the one that
-    concluded ``cycle`` (its ``decision`` met before its start), unless it said so after that
-    decision, or its lease, the one before its successor's (a takeover takes the lease before
-    plus one), said it was lost. An event written beside the executions (a person's decision,
-    a worker's or the dashboard's note) is passed over."""
+    concluded ``cycle`` (its ``decision`` met before its start, naming its lease), unless its
+    lease said so. (A decision of an older log names none: a word after it, or one by the lease
+    before its successor's, a takeover taking the lease before plus one.) An event written
+    beside the executions (a person's decision, a worker's or the dashboard's note, a person's
+    operation taking the lease between two executions) is passed over."""
     before: int | None = None
     met: list[int | None] = []  # the leases of the executions met (their start events)
     alive: set[int] = set()
@@ -178,9 +179,15 @@ def crashes_at(store: Store, run_id: str, cycle: int, token: int | None = None) 
                 break
             elif kind == "decision" and e.cycle <= cycle:
                 # the execution that concluded ``cycle`` (its start further back) died after
-                # it, unless it said otherwise: under its lease (after its decision), or late,
-                # its lease then the one before its successor's (a takeover's)
-                concluder = 0 if said or (after is not None and after - 1 in alive) else 1
+                # it, unless it said otherwise by the lease its decision names. A decision of
+                # an older log names none: a word under its lease after it, or one said late
+                # by the lease before its successor's (a takeover's; a person's operation
+                # between them took a lease too, and this over-counted: crash54)
+                lease = _lease(e)
+                if lease is not None:
+                    concluder = 0 if lease in alive else 1
+                else:
+                    concluder = 0 if said or (after is not None and after - 1 in alive) else 1
                 break
         else:
             if len(page) == _PAGE:

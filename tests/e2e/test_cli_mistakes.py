@@ -543,3 +543,27 @@ def test_resume_all_leaves_a_fork_never_started_to_its_maker(project: Path) -> N
     assert runs[fork] == "pending"
     started = lw("resume", fork[:12], cwd=project, store=store)  # as printed
     assert started.returncode == 0 and "accepted" in started.stdout, started.stderr
+
+
+def test_resume_all_goes_on_with_a_fork_that_ran_and_was_reopened_by_an_edit(
+    project: Path,
+) -> None:
+    """(crash54) A fork its maker started, that ended, and that a person's edit reopened is
+    ``pending`` with ``forked_from``: `resume --all` read that as "never started" (the mark
+    ``maker_starts`` is cleared) and left it, telling the person to start what had run."""
+    from loopwright import Runtime, load_spec
+
+    store = project / "s.db"
+    with Runtime(str(store)) as rt:
+        loop = load_spec(project / "loop.toml")
+        done = rt.run_sync(loop, TASK, task_key="done")
+        fork = rt.fork(done.run_id, at_cycle=0).run_id
+        assert rt.resume_sync(fork, loop).status == "accepted"
+        reopened = rt.edit(fork, "doc/a", 99, by="ann")
+        assert (reopened.status, reopened.maker_starts) == ("pending", False)
+    r = lw("resume", "--all", cwd=project, store=store)
+    said = " ".join(r.stdout.split())
+    assert "never started" not in said, said
+    assert fork[:12] in said, said
+    with Runtime(str(store)) as rt:
+        assert rt.store.get_run(fork).status != "pending"

@@ -244,3 +244,36 @@ def test_the_dashboards_rerun_not_started_is_left_and_says_how_to_start_it(
     assert said.replace("'", "&#39;") in c.get(f"/runs/{new}").text
     assert c.get(f"/api/runs/{new}").json()["run"]["stop_words"].startswith(said)
     assert c.get(f"/api/runs/{new}").json()["run"]["maker_starts"] is True
+
+
+def test_an_api_rerun_queued_is_the_pools_to_start(tmp_path: Path) -> None:
+    # (crash54) ``"queue": true`` hands the rerun to the worker pool (``fork(queue=True)``):
+    # the API had no such field (400 "unknown field"), so a client could only start it on
+    # the dashboard's server or leave it to a person's resume.
+    from fastapi.testclient import TestClient
+
+    from loopwright.web import create_app
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with lw.Runtime(url) as rt:
+        r, loop, _bank = _paid_run(rt)
+    token = "server-token-0123456789"
+    c = TestClient(create_app(url, token=token), base_url="http://127.0.0.1")
+    auth = {"Authorization": f"Bearer {token}"}
+    api = f"/api/runs/{r.run_id}/rerun"
+    got = c.post(api, json={"at_cycle": 1, "queue": True}, headers=auth)
+    assert got.status_code == 200, got.text
+    new = got.json()["run"]["run_id"]
+    assert "queued" in got.json()["message"]
+    with lw.Runtime(url) as rt:
+        made = rt.store.get_run(new)
+        assert (made.status, made.maker_starts) == ("pending", False)
+        [ended] = _poll_once(rt, loop)
+        assert ended.run_id == new and ended.status == "accepted"
+    # checked as the other fields are: a boolean, and not both ways to start it
+    for body, said in (
+        ({"queue": "yes"}, "queue must be true or false"),
+        ({"queue": True, "start": True}, "not both"),
+    ):
+        bad = c.post(api, json=body, headers=auth)
+        assert bad.status_code == 400 and said in bad.json()["detail"], bad.text

@@ -182,7 +182,6 @@ def test_interrupted_word_waits_out_a_row_lock(pg_url: str, pg_schema: tuple[str
     again once the lock goes: swallowed there, it was never written, and resuming the run
     counted a crash of it (``crashes_at``)."""
     import functools
-    from types import SimpleNamespace
 
     import psycopg
 
@@ -200,7 +199,6 @@ def test_interrupted_word_waits_out_a_row_lock(pg_url: str, pg_schema: tuple[str
             initial_state={"cycle": 0},
         )  # fmt: skip
         token = store.acquire_lease(rec.run_id, "me", 60)
-        ex = SimpleNamespace(run_id=rec.run_id, token=token, state=SimpleNamespace(cycle=0))
         lock.execute(f'SET search_path TO "{schema}"')
         lock.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (rec.run_id,))
         rests: list[bool] = []
@@ -212,7 +210,8 @@ def test_interrupted_word_waits_out_a_row_lock(pg_url: str, pg_schema: tuple[str
 
         asyncio.run(
             in_store_thread(
-                functools.partial(_said_alive, store, ex, "KeyboardInterrupt"), resting=resting
+                functools.partial(_said_alive, store, rec.run_id, token, 0, "KeyboardInterrupt"),
+                resting=resting,
             )
         )
         assert rests[:1] == [True]

@@ -228,3 +228,18 @@ def test_a_late_drain_of_a_lease_taken_over_vouches_for_itself_only(rt: lw.Runti
         _ev(0, "resumed", 3),
     ]
     assert _count_data(rt, events, 0, 4) == 2
+
+
+def test_the_concluder_is_judged_by_the_lease_its_decision_names(rt: lw.Runtime) -> None:
+    # (crash54) lease 1 concluded cycle 2 and stalled; a person's operation took lease 2 and
+    # handed it back; lease 1 then said, late, its lease was lost; this resume holds lease 3.
+    # Judged by "the successor's lease less one" (2, the person's), it counted a crash.
+    late = [
+        _ev(0, "started", 1),
+        _ev(2, "decision", 1),
+        _ev(2, "interrupted", 1, why="lease lost"),
+    ]
+    assert _count_data(rt, late, 2, 3) == 0
+    # ...and a word by another lease after the decision vouches for no concluder
+    other = [_ev(0, "started", 1), _ev(2, "decision", 1), _ev(2, "interrupted", 2)]
+    assert _count_data(rt, other, 2, 3) == 1

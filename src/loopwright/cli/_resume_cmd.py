@@ -95,8 +95,9 @@ def resume(
             # here, said below (polish52). A batch's runs `run` had not reached still are.
             # (marked so by the store, ``maker_starts``: one paused and unpaused before its
             # start is parked, not pending; a store without the mark: pending forks, as before)
-            forks = [r for r in targets if _maker_starts(r)]
-            targets = [r for r in targets if not _maker_starts(r)]
+            marked = _keeps_the_mark(rt.store)
+            forks = [r for r in targets if _maker_starts(r, marked)]
+            targets = [r for r in targets if not _maker_starts(r, marked)]
         results: list[RunResult] = []
         from ._render import console, say, say_ended
 
@@ -209,9 +210,22 @@ def _forks_left(forks: list[RunRecord], out: Console) -> None:
         say(f"  and {len(forks) - 5} more: loopwright runs --status pending{store_flag()}", out=out)
 
 
-def _maker_starts(rec: RunRecord) -> bool:
-    """A fork nobody has started: its maker's to start, not ``resume --all``'s."""
-    return rec.maker_starts or (rec.status == "pending" and rec.forked_from is not None)
+def _maker_starts(rec: RunRecord, marked: bool) -> bool:
+    """A fork nobody has started: its maker's to start, not ``resume --all``'s. On a store
+    that keeps the mark (``marked``), the mark alone: a fork that ran, ended and was reopened
+    by an edit is ``pending`` with ``forked_from``, and was left, "never started" (crash54).
+    A store without it: a pending fork, as before the mark."""
+    if marked:
+        return rec.maker_starts
+    return rec.status == "pending" and rec.forked_from is not None
+
+
+def _keeps_the_mark(store: Store) -> bool:
+    """Whether ``store`` keeps ``RunRecord.maker_starts``: it clears it (``mark_started``;
+    the built-in stores do), where the protocol's default has none to clear."""
+    from ..store import Store as _Protocol
+
+    return type(store).mark_started is not _Protocol.mark_started
 
 
 def _resumable(store: Store, rec: RunRecord) -> bool:

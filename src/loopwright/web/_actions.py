@@ -154,6 +154,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         origin: str,
         task_key: str | None,
         start: bool,
+        queue: bool = False,
     ) -> tuple[RunRecord, str, dict[str, Any]]:
         rec = get(run_id)
         if start:  # refused before the fork is made when the server has no room to start it
@@ -168,7 +169,13 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
             raise HTTPException(400, f"not a contract: {exc}") from exc
         try:
             new = Runtime(store).fork(
-                rec.run_id, at_cycle, contract=contract, task_key=task_key, by=who, origin=origin
+                rec.run_id,
+                at_cycle,
+                contract=contract,
+                task_key=task_key,
+                by=who,
+                origin=origin,
+                queue=queue,
             )
         except ConfigError as exc:
             raise HTTPException(400, str(exc)) from exc
@@ -201,6 +208,8 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
             msg += f"; {effects}"  # (effects53b: what it inherits, and what it may do again)
         if start:
             msg += f"; {deps.resume_later(new.run_id)}"
+        elif queue:
+            msg += "; queued: a worker serving the store starts it"
         else:
             msg += "; Resume it to start"
         return store.get_run(new.run_id), msg, changed
@@ -345,13 +354,14 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
     @app.post("/api/runs/{run_id}/rerun", tags=["runs"])
     async def api_rerun(request: Request, run_id: str) -> dict[str, Any]:
         """Rerun a run with a changed contract: JSON ``{"at_cycle": 0, "contract": {"budget":
-        {"max_cycles": 10}}, "task_key": null, "start": true}``. A new run forked from
-        ``at_cycle`` (0: the start) under the origin's contract with ``contract`` laid over
-        it, started in the background unless ``start`` is false. Recorded on both runs."""
+        {"max_cycles": 10}}, "task_key": null, "start": true, "queue": false}``. A new run
+        forked from ``at_cycle`` (0: the start) under the origin's contract with ``contract``
+        laid over it, started in the background unless ``start`` is false, or handed to the
+        worker pool with ``queue`` (``Runtime.fork(queue=True)``). Recorded on both runs."""
         deps.require_api_write(request)
         await run_in_threadpool(may, request, run_id, "fork")
         body = await body_of(request, '{"at_cycle": 0, "contract": {...}, "start": true}')
-        only(body, {"at_cycle", "contract", "task_key", "start"})
+        only(body, {"at_cycle", "contract", "task_key", "start", "queue"})
         n = _int(body.get("at_cycle", 0), "at_cycle")
         changes = body.get("contract") or {}
         if not isinstance(changes, dict):
@@ -362,8 +372,16 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
                 check_key(key)  # the rule of task keys, before anything is looked up
             except ConfigError as exc:
                 raise HTTPException(400, str(exc)) from None
-        start = flag(body, "start", True)
+        # (a queued rerun is the pool's to start: not started here as well, unless asked)
+        queue = flag(body, "queue", False)
+        start = flag(body, "start", not queue)
+        if start and queue:
+            raise HTTPException(
+                400,
+                'give "start": true or "queue": true, not both: start runs the rerun on this '
+                "server, queue leaves it to the workers serving the store",
+            )
         new, msg, changed = await run_in_threadpool(
-            rerun, run_id, n, changes, auth.who(request), origin_of(request), key, start
+            rerun, run_id, n, changes, auth.who(request), origin_of(request), key, start, queue
         )
         return {"run": run_summary(new), "changed": changed, "message": msg}
