@@ -72,7 +72,9 @@ class Resuming(RuntimeHost):
         if rec.maker_starts:
             # A fork nobody had started, started now by a person's resume: from here on it is
             # any run, a worker's to go on with should this execution stop (its lease held).
-            self.store.mark_started(rec.run_id, token)
+            # (off the event loop where it can wait on the run's row lock, as the take above:
+            # on it, a person holding the fork's row in psql held every run of the process)
+            await written(self.store, self.store.mark_started, rec.run_id, token)
         ck = self.store.latest_checkpoint(rec.run_id)
         ex = _Exec(
             run_id=rec.run_id,
