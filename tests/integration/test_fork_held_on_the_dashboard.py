@@ -58,3 +58,21 @@ def test_a_fork_paused_and_unpaused_before_its_start_says_how_to_start_it(
     rows = listed["runs"] if isinstance(listed, dict) else listed
     [row] = [x for x in rows if x["run_id"] == fork.run_id]
     assert row["stop_words"].startswith(said), row
+
+
+def test_a_rerun_not_started_says_maker_starts_in_its_response_and_the_list(
+    tmp_path: Path,
+) -> None:
+    # ui.md: the rerun returns the new ``run`` with ``maker_starts`` true; the response (and
+    # ``/api/runs``, a list of the same summaries) had no such key, only ``/api/runs/{id}``.
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with lw.Runtime(url) as rt:
+        r, _loop, _bank = _paid_run(rt)
+    c = TestClient(create_app(url, token=TOKEN), base_url="http://127.0.0.1")
+    got = c.post(f"/api/runs/{r.run_id}/rerun", json={"at_cycle": 1, "start": False}, headers=AUTH)
+    assert got.status_code == 200, got.text
+    new = got.json()["run"]
+    assert new["maker_starts"] is True
+    listed = c.get("/api/runs", headers=AUTH).json()
+    rows = listed["runs"] if isinstance(listed, dict) else listed
+    assert {x["run_id"]: x["maker_starts"] for x in rows} == {r.run_id: False, new["run_id"]: True}

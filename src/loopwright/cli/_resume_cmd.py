@@ -93,8 +93,9 @@ def resume(
             # here, said below (polish52). A batch's runs `run` had not reached still are.
             # (marked so by the store, ``maker_starts``: one paused and unpaused before its
             # start is parked, not pending; a store without the mark: pending forks, as before)
-            forks = [r for r in targets if _maker_starts(r)]
-            targets = [r for r in targets if not _maker_starts(r)]
+            marks = _keeps_the_mark(rt.store)
+            forks = [r for r in targets if _maker_starts(r, marks)]
+            targets = [r for r in targets if not _maker_starts(r, marks)]
         results: list[RunResult] = []
         from ._render import console, say, say_ended
 
@@ -167,9 +168,22 @@ def _forks_left(forks: list[RunRecord], out: Console) -> None:
         say(f"  and {len(forks) - 5} more: loopwright runs --status pending{store_flag()}", out=out)
 
 
-def _maker_starts(rec: RunRecord) -> bool:
-    """A fork nobody has started: its maker's to start, not ``resume --all``'s."""
-    return rec.maker_starts or (rec.status == "pending" and rec.forked_from is not None)
+def _maker_starts(rec: RunRecord, marks: bool) -> bool:
+    """A fork nobody has started: its maker's to start, not ``resume --all``'s. ``marks``:
+    the store keeps the mark (``maker_starts``), so a fork queued for the pool (``fork
+    --queue``) is any run, resumed here too (every pending fork was left, as if its maker's);
+    a store without it: every pending fork, as before the mark."""
+    if marks:
+        return rec.maker_starts
+    return rec.status == "pending" and rec.forked_from is not None
+
+
+def _keeps_the_mark(store: Store) -> bool:
+    """Whether ``store`` keeps ``maker_starts`` (it clears it: ``Store.mark_started``, whose
+    default does nothing)."""
+    from ..store import Store as Base
+
+    return type(store).mark_started is not Base.mark_started
 
 
 def _resumable(store: Store, rec: RunRecord) -> bool:

@@ -405,6 +405,9 @@ def run_summary(rec: RunRecord) -> dict[str, Any]:
         "held_out_passed": rec.held_out_passed,
         "forked_from": rec.forked_from,
         "forked_at": rec.forked_at,
+        # (a fork no worker takes until its maker starts it, as the run's own API says: a
+        # rerun's response, which ui.md says carries it, and the list did not)
+        "maker_starts": rec.maker_starts,
     }
 
 
