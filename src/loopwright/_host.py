@@ -84,9 +84,12 @@ class RuntimeHost:
         until it has ended: let go at the cancellation, a resume of this runtime took the
         lease, and the orphaned take, landing after it, took it again (the store lets an
         owner take its own lease) and handed it back, the new execution fenced out mid-cycle
-        (review54a)."""
+        (review54a). The run is returned counted as driven: the caller lets it go
+        (``_undrive``)."""
         if not self.store.concurrent_writers:
-            return self._take_lease(run_id)
+            taken = self._take_lease(run_id)
+            self._driving[run_id] += 1
+            return taken
         self._refuse_driven(run_id)
         self._driving[run_id] += 1
         try:
@@ -103,7 +106,6 @@ class RuntimeHost:
         except BaseException:
             self._undrive(run_id)
             raise
-        self._undrive(run_id)
         return token
 
     def _undrive(self, run_id: str) -> None:
