@@ -61,6 +61,7 @@ from ._resume_ready import Resuming
 from ._run_create import Creating
 from ._settle import Settling
 from ._store_folder import missing_schema_error, missing_store_folder
+from ._store_threads import uncancelled, written
 from ._task_parts import say_ignored
 from ._usage import Usage
 from .store import DEFAULT_STORE, NewEvent, Store, open_store, resolve_store_url
@@ -362,10 +363,15 @@ class Runtime(
             # A failure before the drive (a store read under the lease, a damaged checkpoint,
             # a lease handed in with a loop refused): the lease is handed back now, not held to
             # its TTL keeping every other executor from the run (review48). Fenced by its
-            # token: a lease taken over since is left as it is.
+            # token: a lease taken over since is left as it is. Off the event loop where it
+            # can wait on the run's row lock (PostgreSQL): a resume cancelled while its
+            # fork's start waited on a row held in psql released here on the loop, and
+            # every run of the process waited for that lock with it (review54a).
             for held_id, held_token in held:
-                with contextlib.suppress(Exception):
-                    self.store.release_lease(held_id, held_token)
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await uncancelled(
+                        written(self.store, self.store.release_lease, held_id, held_token)
+                    )
             raise
         if isinstance(ready, RunResult):
             return ready

@@ -12,6 +12,7 @@ modules named beside them).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 from collections import Counter
@@ -80,23 +81,38 @@ class RuntimeHost:
         other run of the event loop (pgloop54); here otherwise (SQLite). The run counts as
         driven from the take's start: another operation of this runtime on it (a person's
         edit, a second resume) is refused meanwhile, as once it is driven (attack47). A take
-        that ends after its caller was cancelled is handed back."""
+        that ends after its caller was cancelled is handed back, and the run counts as driven
+        until it has ended: let go at the cancellation, a resume of this runtime took the
+        lease, and the orphaned take, landing after it, took it again (the store lets an
+        owner take its own lease) and handed it back, the new execution fenced out mid-cycle
+        (review54a). The run is returned counted as driven: the caller lets it go
+        (``_undrive``)."""
         if not self.store.concurrent_writers:
-            return self._take_lease(run_id)
+            taken = self._take_lease(run_id)
+            self._driving[run_id] += 1
+            return taken
         self._refuse_driven(run_id)
         self._driving[run_id] += 1
         try:
-            return await in_store_thread(
+            token: int = await in_store_thread(
                 self.store.acquire_lease,
                 run_id,
                 self.owner,
                 self.lease_ttl_s,
                 orphaned=functools.partial(self._hand_back, run_id),
+                ended=functools.partial(self._undrive, run_id),
             )
-        finally:
-            self._driving[run_id] -= 1
-            if self._driving[run_id] <= 0:
-                del self._driving[run_id]
+        except asyncio.CancelledError:
+            raise  # (let go by ``ended`` once the take in flight has ended)
+        except BaseException:
+            self._undrive(run_id)
+            raise
+        return token
+
+    def _undrive(self, run_id: str) -> None:
+        self._driving[run_id] -= 1
+        if self._driving[run_id] <= 0:
+            del self._driving[run_id]
 
     def _hand_back(self, run_id: str, token: int) -> None:
         # (fenced by the token; refused on the row still locked, it lapses at its TTL)

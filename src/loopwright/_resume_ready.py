@@ -59,20 +59,39 @@ class Resuming(RuntimeHost):
                 await written(self.store, self.store.release_lease, rec.run_id, token)
             return self.result(rec.run_id)
         if token is None:
+            # (counted as driven by this runtime from the take until ``resume`` counts it
+            # itself: its writes below wait off the loop (PostgreSQL), and a second resume or
+            # an edit of this runtime meanwhile took the lease again, this one fenced out)
             token = await self._lease_to_drive(rec.run_id)
-            held.append((rec.run_id, token))
-            # Read again under the lease: the run may have ended between the read above and
-            # the lease (a worker finished it, a person cancelled it, each releasing its lease).
-            # Gone on from the stale status, an accepted run was executed again (its actor paid
-            # again) and a cancelled one un-cancelled and run (attack47).
-            rec = self.store.get_run(rec.run_id)
-            if rec.status in TERMINAL_STATUSES and not _compensating(self.store, rec.run_id):
-                await written(self.store, self.store.release_lease, rec.run_id, token)
-                return self.result(rec.run_id)
+            try:
+                return await self._taken(rec, loop, token, held)
+            finally:
+                self._undrive(rec.run_id)
+        return await self._prepared(rec, loop, token)
+
+    async def _taken(
+        self, rec: RunRecord, loop: Loop, token: int, held: list[tuple[str, int]]
+    ) -> RunResult | tuple[_Exec, RunRecord]:
+        """``_ready`` under the lease ``token`` it took."""
+        held.append((rec.run_id, token))
+        # Read again under the lease: the run may have ended between the read before and
+        # the lease (a worker finished it, a person cancelled it, each releasing its lease).
+        # Gone on from the stale status, an accepted run was executed again (its actor paid
+        # again) and a cancelled one un-cancelled and run (attack47).
+        rec = self.store.get_run(rec.run_id)
+        if rec.status in TERMINAL_STATUSES and not _compensating(self.store, rec.run_id):
+            await written(self.store, self.store.release_lease, rec.run_id, token)
+            return self.result(rec.run_id)
+        return await self._prepared(rec, loop, token)
+
+    async def _prepared(self, rec: RunRecord, loop: Loop, token: int) -> tuple[_Exec, RunRecord]:
+        """The run's execution under the lease ``token``."""
         if rec.maker_starts:
             # A fork nobody had started, started now by a person's resume: from here on it is
             # any run, a worker's to go on with should this execution stop (its lease held).
-            self.store.mark_started(rec.run_id, token)
+            # (off the event loop where it can wait on the run's row lock, as the take above:
+            # on it, a person holding the fork's row in psql held every run of the process)
+            await written(self.store, self.store.mark_started, rec.run_id, token)
         ck = self.store.latest_checkpoint(rec.run_id)
         ex = _Exec(
             run_id=rec.run_id,

@@ -66,13 +66,16 @@ async def in_store_thread(
     *args: Any,
     resting: Callable[[bool], None] | None = None,
     orphaned: Callable[[_T], object] | None = None,
+    ended: Callable[[], object] | None = None,
 ) -> _T:
     """``fn(*args)`` in a store thread, awaited; tried again after a pause while it is refused
     on a row another session holds locked (``RowLocked``: nothing of it was written).
     ``resting(True)`` is called as each pause starts, ``resting(False)`` as it ends.
     ``orphaned``: given (on the event loop) what a call returns that ended after its caller
     was cancelled, which no cancellation stops (a lease taken: handed back); a cancellation
-    during a pause leaves nothing written."""
+    during a pause leaves nothing written. ``ended`` (with ``orphaned``): called on the event
+    loop once nothing of a cancelled caller's is in flight, whatever its outcome: after the
+    call that outlived it (and ``orphaned``), or at once when it was cancelled in a pause."""
     loop = asyncio.get_running_loop()
     pause = _FIRST_PAUSE_S
     while True:
@@ -83,21 +86,31 @@ async def in_store_thread(
             pass
         except asyncio.CancelledError:
             if orphaned is not None:
-                call.add_done_callback(functools.partial(_hand_to, orphaned))
+                call.add_done_callback(functools.partial(_hand_to, orphaned, ended))
             raise
         if resting is not None:
             resting(True)
         try:
             await asyncio.sleep(pause)
+        except asyncio.CancelledError:
+            if ended is not None:
+                ended()  # (nothing in flight)
+            raise
         finally:
             if resting is not None:
                 resting(False)
         pause = min(pause * 2, _LAST_PAUSE_S)
 
 
-def _hand_to(orphaned: Callable[[Any], object], call: asyncio.Future[Any]) -> None:
-    if not call.cancelled() and call.exception() is None:
-        orphaned(call.result())
+def _hand_to(
+    orphaned: Callable[[Any], object], ended: Callable[[], object] | None, call: asyncio.Future[Any]
+) -> None:
+    try:
+        if not call.cancelled() and call.exception() is None:
+            orphaned(call.result())
+    finally:
+        if ended is not None:
+            ended()
 
 
 async def written(store: Store, fn: Callable[..., _T], /, *args: Any, **kw: Any) -> _T:

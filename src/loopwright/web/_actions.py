@@ -168,6 +168,9 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         except (TypeError, ValueError) as exc:
             raise HTTPException(400, f"not a contract: {exc}") from exc
         try:
+            # A rerun asked to start is the pool's too (``queue``): this server starts it
+            # where it has the run's loop; where it has not (a run started from Python, a
+            # spec on the workers' hosts only), a fork left to its maker was started by nobody.
             new = Runtime(store).fork(
                 rec.run_id,
                 at_cycle,
@@ -175,7 +178,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
                 task_key=task_key,
                 by=who,
                 origin=origin,
-                queue=queue,
+                queue=queue or start,
             )
         except ConfigError as exc:
             raise HTTPException(400, str(exc)) from exc

@@ -183,6 +183,11 @@ def pause_act(
     left = store.approvals(run_id=rec.run_id, status="pending")
     if left:  # (a risk request it was parked on when paused: the pause held it after)
         msg += f"; it still waits on {len(left)} request(s): decide them first"
+    elif done.maker_starts:
+        # A fork nobody has started stays its maker's: lifting a pause is not starting it
+        # (resumed here, it was started before its maker's edit; the CLI's unpause resumes
+        # only with --resume)
+        msg += "; a fork not started: Resume it to start it (no worker takes it until then)"
     else:
         msg += f"; {ctx.resume_later(rec.run_id)}"
     return done, req, msg

@@ -217,6 +217,15 @@ def stop_words(rec: RunRecord, approvals: list[Approval] | None = None) -> str:
     waits to be resumed: told by its ``approvals`` when given, else by the run row's count of
     its pending requests (a list of runs reads no requests); a store that keeps no count
     says it waits on either."""
+    if rec.maker_starts and _waits_to_start(rec, approvals):
+        # no worker takes a fork nobody has started: its maker does, after any edit (one
+        # paused and unpaused before its start is parked, and no worker resumes it either)
+        how = (
+            f"loopwright resume {rec.run_id[:12]}"
+            if rec.spec_ref
+            else f"Runtime.resume({rec.run_id[:12]!r}, loop)"
+        )
+        return f"fork, not started: start it with {how} (no worker takes it until then)"
     if approvals is not None and decided_while_parked(rec, approvals) is not None:
         return _DECIDED_PARKED
     if approvals is None and rec.status == "awaiting_approval":
@@ -232,19 +241,23 @@ def stop_words(rec: RunRecord, approvals: list[Approval] | None = None) -> str:
             return explain(rec.stop_reason, contract, spent=spent, at_default=at_default)
         except Exception:  # an older contract shape must not break the page
             return rec.stop_reason
-    if rec.maker_starts and rec.status == "pending":
-        # no worker takes a fork nobody has started: its maker does, after any edit
-        how = (
-            f"loopwright resume {rec.run_id[:12]}"
-            if rec.spec_ref
-            else f"Runtime.resume({rec.run_id[:12]!r}, loop)"
-        )
-        return f"fork, not started: start it with {how} (no worker takes it until then)"
     return {
         "awaiting_approval": "waiting for a person to decide a request (see Approvals)",
         "running": "running",
         "pending": "waiting to start",
     }.get(rec.status, rec.status)
+
+
+def _waits_to_start(rec: RunRecord, approvals: list[Approval] | None) -> bool:
+    """Whether the run waits only to be started: pending, or parked on no pending request
+    (``approvals`` when given, else the row's count)."""
+    if rec.status == "pending":
+        return True
+    if rec.status != "awaiting_approval":
+        return False
+    if approvals is not None:
+        return not any(a.status == "pending" for a in approvals)
+    return rec.open_requests == 0
 
 
 def stop_cause_of(rec: RunRecord) -> str:
@@ -392,6 +405,9 @@ def run_summary(rec: RunRecord) -> dict[str, Any]:
         "held_out_passed": rec.held_out_passed,
         "forked_from": rec.forked_from,
         "forked_at": rec.forked_at,
+        # (a fork no worker takes until its maker starts it, as the run's own API says: a
+        # rerun's response, which ui.md says carries it, and the list did not)
+        "maker_starts": rec.maker_starts,
     }
 
 
