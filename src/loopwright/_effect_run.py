@@ -508,6 +508,14 @@ async def perform_effect(
                 settled = await by_reconcile("is in doubt", None)
                 if settled is not None:
                     return settled
+            if not_done:
+                # The reconcile hook says the attempt the intent journaled never acted: cut off
+                # before its call, it is no attempt of the retry bound's (a process dying there
+                # every time is ``max_crashes``'s). Counted, one kill of an effect with
+                # ``attempts=1`` ended a run an uninterrupted one accepted (killcmp54). An
+                # attempt that may have acted (idempotent, no hook) still counts: the bound
+                # holds the calls the outside world may have seen.
+                attempts = max(0, attempts - 1)
         elif entry.status == "waiting":
             wait = left_of(float(entry.data.get("next_at", 0.0)), entry.updated_at)
             if wait > 0:
