@@ -5,9 +5,11 @@ judge presents as its own, and none may crash or hang the judge."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
-from loopwright.verifiers import Limits, run_tests
+from loopwright.verifiers import Limits, _boundary, run_tests
 
 # Finds the worker's pipes (the answer pipe among them) and writes on each it can.
 SAY = """
@@ -141,3 +143,34 @@ def test_signalling_the_judge_can_only_fail_the_run(how: str) -> None:
     code = f"import os, signal\ndef f():\n    try:\n        {how}\n    except OSError:\n        pass\n    return 0\n"
     r = run_tests(code, ["assert f() == 1", "assert f() == 1"])
     assert not r.passed and not any(t.passed for t in r.tests), r.to_dict()
+
+
+HAS_UNSHARE = _boundary._works("unshare", sys.executable)
+
+
+@pytest.mark.skipif(not HAS_UNSHARE, reason="unshare needs root and namespaces")
+@pytest.mark.parametrize("attack", ["garble", "signal", "proc_mem"])
+def test_under_unshare_too(attack: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the judge starts as root there and drops to nobody, the worker's user: its /proc entries
+    # (memory, descriptors) are still not the worker's, and what reaches it only fails the run
+    real = _boundary._works
+    monkeypatch.setattr(_boundary, "_works", lambda b, p: b == "unshare" and real(b, p))
+    body = {
+        "garble": "say(b'garbage\\n')",
+        "signal": "signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)",
+        # the judge's memory through a descriptor of /proc, past the hook's path check
+        "proc_mem": "os.open('%d/mem' % os.getppid(), os.O_RDWR, dir_fd=os.open('/proc', 0))",
+    }[attack]
+    code = SAY + f"import signal\ndef f():\n    try:\n        {body}\n    except OSError:\n"
+    code += "        return 0\n    return 0\n"
+    r = run_tests(code, ["assert f() == 1", "assert f() == 0"])
+    assert r.isolation == "unshare"
+    assert not r.tests[0].passed, r.to_dict()
+    if attack == "garble":
+        assert not r.tests[1].passed
+    else:
+        # refused: /proc/PID/mem is root's (EACCES); the judge is its PID namespace's init,
+        # which a signal from inside it does not kill. The test fails on its value, the next
+        # passes, judged.
+        assert r.status == "completed" and r.tests[0].actual == "0", r.to_dict()
+        assert r.tests[1].passed and not r.tests[1].self_reported
