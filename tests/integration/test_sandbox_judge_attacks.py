@@ -102,6 +102,13 @@ def test_math_in_a_judged_test_is_the_judges() -> None:
     ]
 
 
+def test_a_function_of_the_candidates_named_math_is_its_own() -> None:
+    code = "def math(x):\n    return x * x\n"
+    r = run_tests(code, ["assert math(3) == 9", "assert math(math(2)) == 16"], judged_only=True)
+    assert [t.passed for t in r.tests] == [True, False], r.to_dict()
+    assert r.tests[1].error.startswith("not judged")  # (a call given another's value)
+
+
 def test_a_float_comparison_is_judged() -> None:
     code = "def f():\n    return (0.1 + 0.2, [1.5, 2.5])\n"
     tests = [

@@ -150,7 +150,7 @@ def is_call(node):
     f = node.func
     while isinstance(f, ast.Attribute):
         f = f.value
-    if not isinstance(f, ast.Name) or f.id in SAFE or f.id in MODULES:
+    if not isinstance(f, ast.Name) or f.id in SAFE or (f.id in MODULES and f is not node.func):
         return False
     args = list(node.args) + [k.value for k in node.keywords if k.arg is not None]
     if len(args) != len(node.args) + len(node.keywords) or any(isinstance(a, ast.Starred) for a in node.args):
@@ -171,12 +171,16 @@ def group(i, node, known):
     holes = Holes()
     node = holes.visit(node)
     names = {"_v%d" % k for k in range(len(holes.calls))}
+    # `math` is the judge's only as a module (`math.isclose`): a bare `math(3)` is the
+    # candidate's own function of that name, a hole above
+    modules = {id(n.value) for n in ast.walk(node) if isinstance(n, ast.Attribute)
+               and isinstance(n.value, ast.Name) and n.value.id in MODULES}
     for n in ast.walk(node):
         if n is node:
             continue
         if not isinstance(n, NODES):
             return None
-        if isinstance(n, ast.Name) and n.id not in names and n.id not in SAFE and n.id not in MODULES and n.id not in known:
+        if isinstance(n, ast.Name) and n.id not in names and n.id not in SAFE and id(n) not in modules and n.id not in known:
             return None  # a name of the candidate's (or the test's own): not decidable here
         if isinstance(n, ast.Attribute) and n.attr.startswith("_"):
             return None
