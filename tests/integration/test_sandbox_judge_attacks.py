@@ -107,6 +107,10 @@ def test_a_function_of_the_candidates_named_math_is_its_own() -> None:
     r = run_tests(code, ["assert math(3) == 9", "assert math(math(2)) == 16"], judged_only=True)
     assert [t.passed for t in r.tests] == [True, False], r.to_dict()
     assert r.tests[1].error.startswith("not judged")  # (a call given another's value)
+    # a name the judge's math lacks is not decided with it: the candidate's, self-reported
+    own = "class math:\n    @staticmethod\n    def twice(x):\n        return 2 * x\n"
+    (t,) = run_tests(own, ["assert math.twice(2) == 4"]).tests
+    assert t.passed and t.self_reported
 
 
 def test_a_float_comparison_is_judged() -> None:

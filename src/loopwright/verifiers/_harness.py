@@ -184,6 +184,8 @@ def group(i, node, known):
             return None  # a name of the candidate's (or the test's own): not decidable here
         if isinstance(n, ast.Attribute) and n.attr.startswith("_"):
             return None
+        if isinstance(n, ast.Attribute) and id(n.value) in modules and not hasattr(MODULES[n.value.id], n.attr):
+            return None  # (math.factorial, or a module of the candidate's named math)
     left = node.test.left if isinstance(node.test, ast.Compare) else node.test
     return {
         "calls": holes.calls,
