@@ -175,3 +175,20 @@ class Verdict:
             usage=Usage.from_dict(d["usage"]) if d.get("usage") else None,
             checked=tuple(checked) if checked is not None else None,
         )
+
+
+def self_reported_note(verdict: Mapping[str, Any]) -> str:
+    """What a person reading a passed verdict (stored form, ``Verdict.to_dict``) must know of
+    the tests behind it that the candidate's own process decided (the sandbox's
+    ``evidence.self_reported``, stop 54): ``"3 of 40 tests self-reported: the candidate could
+    have forged them"``, or ``""``. A failed verdict is a failure whoever decided its tests."""
+    if verdict.get("passed") is not True:
+        return ""
+    ev = verdict.get("evidence")
+    mine = ev.get("self_reported") if isinstance(ev, Mapping) else None
+    if not isinstance(mine, list) or not mine:
+        return ""
+    total = ev.get("total") if isinstance(ev, Mapping) else None
+    of = f" of {total}" if isinstance(total, int) and not isinstance(total, bool) else ""
+    tests = "test" if len(mine) == 1 and not of else "tests"
+    return f"{len(mine)}{of} {tests} self-reported: the candidate could have forged them"

@@ -46,16 +46,14 @@ CASES = [
     ("assert f(True, b=0) == 1", True, None, None),
     ("assert {f(1): [f(2)]} == {2: [3]}", True, None, None),
     ("assert f(1) ==", False, None, "SyntaxError"),
-    (
-        "assert math.isclose(f(0.1), 1.1)",
-        False,
-        "name 'math' is not defined",
-        "NameError (test {i} line 1): name 'math' is not defined",
-    ),
+    # `math` is the judge's (the candidate's, rebound, chose an expected value): where the
+    # candidate did not import it, no longer a NameError
+    ("assert math.isclose(f(0.1), 1.1)", True, None, None),
+    ("assert math.isclose(f(0.1), 1.2)", False, "False", "AssertionError (test {i} line 1)"),
 ]
 
 # judged outside the candidate's process; the rest self-reported
-SELF_REPORTED = {"assert f(1) ==", "assert math.isclose(f(0.1), 1.1)"}
+SELF_REPORTED = {"assert f(1) =="}
 
 
 @pytest.fixture(scope="module")

@@ -173,6 +173,21 @@ def review(loop: Loop) -> list[dict[str, str]]:
             ),
         )
 
+    # A held-out sandbox check decides a test outside the candidate's process only where the
+    # test's form allows; the others it runs in that process (self-reported, stop 54), whose
+    # pass the candidate could have forged: not a check independent of what it judges.
+    forgeable = [
+        v.name for v in loop.held_out if isinstance(v.fn, CommandVerifier) and not v.fn.judged_only
+    ]
+    if forgeable:
+        add(
+            "Can the candidate decide its own held-out tests?",
+            False,
+            f"yes, where a test is not of the judged form: {', '.join(forgeable)} run(s) such "
+            "tests in the candidate's own process (self-reported, marked in the verdict), which "
+            "could forge them; set judged_only = true to fail them instead",
+        )
+
     owner = c.escalation.owner
     add(
         "Who owns the unresolved exception?",

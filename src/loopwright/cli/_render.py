@@ -20,6 +20,7 @@ from .._edit_check import behind_text
 from .._lineage import Lineage, lineage_text
 from .._mid_cycle_records import asked_before_parked
 from .._money_text import usd, usd_digits
+from .._verdict import self_reported_note
 from ._table import STATUS_STYLE, interrupted, not_started, printable
 
 if TYPE_CHECKING:
@@ -250,17 +251,22 @@ def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iter
             refused = rec.get("decision") == "refused"
             what.append("[yellow](touches accepted work)[/]" if refused else "[yellow](repeat)[/]")
 
-        def verdicts(d: dict[str, Any]) -> list[str]:
-            return [
-                f"{'[green]✓[/]' if v['passed'] else '[red]✗[/]'} {escape(k)} {v['score']:.2f}"
-                for k, v in d.items()
-            ]
+        def verdicts(d: dict[str, Any], held: bool = False) -> list[str]:
+            out = []
+            for k, v in d.items():
+                line = (
+                    f"{'[green]✓[/]' if v['passed'] else '[red]✗[/]'} {escape(k)} {v['score']:.2f}"
+                )
+                # a held-out pass that rests on tests the candidate decided is not a judged one
+                note = self_reported_note(v) if held else ""
+                out.append(line + (f" [yellow]({escape(note)})[/]" if note else ""))
+            return out
 
         yield (
             str(rec["cycle"]),
             what,
             verdicts(rec.get("visible", {})),
-            verdicts(rec.get("held_out", {})),
+            verdicts(rec.get("held_out", {}), held=True),
             _score(rec.get("score")),
             escape(str(rec.get("decision", "-"))),
             usd_digits(rec.get("usage", {}).get("cost_usd", 0)),
@@ -500,14 +506,21 @@ def run_detail_parts(
     head.add_row("best score", _score(rec.best_score))
     head.add_row("spend", f"{usd(rec.cost_usd)}, {rec.tokens} tokens, {rec.seconds:.2f} s")
     if rec.held_out_passed is not None:
-        head.add_row(
-            "held-out",
+        held = (
             "pass"
             if rec.held_out_passed
             else "[red]FAIL[/] (false success)"
             if rec.status == "accepted"
-            else "fail",
+            else "fail"
         )
+        # (an ended run's packet holds the verdicts; an accepted run's are its last cycle's,
+        # marked in the timeline)
+        notes = [
+            f"{escape(str(k))}: {escape(n)}"
+            for k, v in ((rec.packet or {}).get("held_out") or {}).items()
+            if isinstance(v, dict) and (n := self_reported_note(v))
+        ]
+        head.add_row("held-out", held + (f" [yellow]({'; '.join(notes)})[/]" if notes else ""))
     if state.next_action:
         head.add_row("next action", escape(_cut(state.next_action)))
     yield Panel(head, title="Run", title_align="left")

@@ -125,7 +125,15 @@ SAFE = {n: getattr(builtins, n) for n in (
     "filter", "float", "frozenset", "int", "isinstance", "len", "list", "map", "max", "min",
     "ord", "pow", "range", "repr", "reversed", "round", "set", "sorted", "str", "sum",
     "tuple", "type", "zip")}
-# (not math: a test's `math` is the candidate's import, and without it a NameError, as before)
+# `math` in a judged test is the judge's, the standard module's pure functions: the worker's
+# (the candidate's to rebind) would compute an expected value, `f(2) == math.sqrt(2)`. So a
+# test that uses math without importing it is judged, where it was a NameError.
+import math as math_, types
+MODULES = {"math": types.SimpleNamespace(**{n: getattr(math_, n) for n in (
+    "isclose", "fabs", "sqrt", "isqrt", "floor", "ceil", "trunc", "exp", "log", "log2",
+    "log10", "pow", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "hypot", "degrees",
+    "radians", "isnan", "isinf", "isfinite", "gcd", "fsum", "copysign", "fmod", "dist", "inf",
+    "nan", "pi", "e", "tau")})}
 NODES = (ast.Expression, ast.Compare, ast.Call, ast.Name, ast.Attribute, ast.Constant,
          ast.List, ast.Tuple, ast.Set, ast.Dict, ast.UnaryOp, ast.BinOp, ast.Subscript,
          ast.Slice, ast.keyword, ast.Load, ast.JoinedStr, ast.FormattedValue, ast.operator,
@@ -142,7 +150,7 @@ def is_call(node):
     f = node.func
     while isinstance(f, ast.Attribute):
         f = f.value
-    if not isinstance(f, ast.Name) or f.id in SAFE:
+    if not isinstance(f, ast.Name) or f.id in SAFE or (f.id in MODULES and f is not node.func):
         return False
     args = list(node.args) + [k.value for k in node.keywords if k.arg is not None]
     if len(args) != len(node.args) + len(node.keywords) or any(isinstance(a, ast.Starred) for a in node.args):
@@ -163,15 +171,21 @@ def group(i, node, known):
     holes = Holes()
     node = holes.visit(node)
     names = {"_v%d" % k for k in range(len(holes.calls))}
+    # `math` is the judge's only as a module (`math.isclose`): a bare `math(3)` is the
+    # candidate's own function of that name, a hole above
+    modules = {id(n.value) for n in ast.walk(node) if isinstance(n, ast.Attribute)
+               and isinstance(n.value, ast.Name) and n.value.id in MODULES}
     for n in ast.walk(node):
         if n is node:
             continue
         if not isinstance(n, NODES):
             return None
-        if isinstance(n, ast.Name) and n.id not in names and n.id not in SAFE and n.id not in known:
+        if isinstance(n, ast.Name) and n.id not in names and n.id not in SAFE and id(n) not in modules and n.id not in known:
             return None  # a name of the candidate's (or the test's own): not decidable here
         if isinstance(n, ast.Attribute) and n.attr.startswith("_"):
             return None
+        if isinstance(n, ast.Attribute) and id(n.value) in modules and not hasattr(MODULES[n.value.id], n.attr):
+            return None  # (math.factorial, or a module of the candidate's named math)
     left = node.test.left if isinstance(node.test, ast.Compare) else node.test
     return {
         "calls": holes.calls,
@@ -309,16 +323,31 @@ wjob["cand_r"] = cand_r
 wjob["processes"] = lim["processes"]
 tests = job["tests"]
 job = None  # (the judge keeps its own copy in `tests` and `plans`)
-def read(i):
-    # The worker's next answer for test i: None when it has ended, {} when it is not one.
-    line = worker.stdout.readline()
+class Garbled(Exception):
+    # The worker answered what is not the answer due (the candidate can write on the answer
+    # pipe): nothing it says after may be taken for the answer to the question asked, so the
+    # judge stops it at once (else each later test reads the previous one's answer, or both
+    # wait) and fails this test and every later one, saying why.
+    pass
+# An answer line longer than this is not read whole (a worker that never ends its line would
+# fill the judge's memory, whose limit is the worker's).
+MAX_LINE = lim["memory_mb"] * 1024 * 1024 // 8
+def read(i, g=None):
+    # The worker's next answer for test i (assert g): None when it has ended.
+    line = worker.stdout.readline(MAX_LINE + 1)
     if not line:
         return None
+    if len(line) > MAX_LINE:
+        raise Garbled("an answer longer than %d bytes" % MAX_LINE)
     try:
         reply = json.loads(line.decode("utf-8"))
     except Exception:  # (not JSON, or nested past json's recursion limit)
-        return {}
-    return reply if isinstance(reply, dict) and reply.get("i") == i else {}
+        raise Garbled("not an answer") from None
+    if not isinstance(reply, dict):
+        raise Garbled("not an answer")
+    if reply.get("i") != i or ("values" in reply and reply.get("g") != g):
+        raise Garbled("out of turn: not the answer for test %d" % i)
+    return reply
 def worker_ended():
     # The worker died or left: report as the one process did (its exit code, or its signal).
     rc = worker.wait(timeout=per_wall + 5)
@@ -332,9 +361,8 @@ def worker_ended():
             pass
         os.kill(os.getpid(), -rc)
     os._exit(rc)
-def unreadable(i):
-    return {"i": i, "passed": False, "actual": "the worker's answer could not be read",
-            "error": "the worker's answer could not be read", "seconds": 0.0}
+def failed(i, msg):
+    return {"i": i, "passed": False, "actual": msg, "error": msg, "seconds": 0.0}
 def judge(i, p, g, reply):
     # One assert decided from the worker's reply: a result, True (it held) or None (a value
     # is not plain data).
@@ -343,18 +371,20 @@ def judge(i, p, g, reply):
         if isinstance(reply.get("error"), str):  # the candidate raised, or ran out of time
             return {"i": i, "passed": False, "actual": clip(reply.get("actual")),
                     "error": clip(reply["error"]), "seconds": seconds(reply)}
-        return unreadable(i)
+        raise Garbled("not an answer: %d value(s) for %d call(s)" % (
+            len(vals) if isinstance(vals, list) else 0, len(g["calls"])))
     env_ = dict(SAFE)
+    env_.update(MODULES)
     env_.update(p["consts"])
     for k, v in enumerate(vals):
         if not isinstance(v, dict):
-            return unreadable(i)
+            raise Garbled("not an answer: a value is not an object")
         if v.get("value") is None:
             return None  # not plain data: the judge cannot compare it
         try:
             env_["_v%d" % k] = rebuild(v["value"])
         except Exception:
-            return unreadable(i)
+            raise Garbled("not an answer: a value is not plain data") from None
     g_ = {"__builtins__": {}, **env_}
     try:
         timed(lambda: exec(g["stmt"], g_), per_test, per_wall)
@@ -389,7 +419,7 @@ def decide(i, p):
     send({"i": i, "groups": [g["calls"] for g in p["groups"]], "script": p["script"]})
     last = len(p["groups"]) - 1
     for k, g in enumerate(p["groups"]):
-        reply = read(i)
+        reply = read(i, k)
         if reply is None:
             worker_ended()
         result = judge(i, p, g, reply)
@@ -404,14 +434,11 @@ def decide(i, p):
 def self_reported(i, why):
     if judged_only:
         msg = "not judged: " + why + " (judged_only refuses a self-reported verdict)"
-        # decided here: failed, the test never having reached the candidate
-        return {"i": i, "passed": False, "actual": msg, "error": msg, "seconds": 0.0}
+        return failed(i, msg)  # decided here, the test never having reached the candidate
     send({"i": i, "test": tests[i]})
     reply = read(i)
     if reply is None:
         worker_ended()
-    if not reply:
-        reply = unreadable(i)
     return {"i": i, "passed": reply.get("passed") is True, "actual": clip(reply.get("actual")),
             "error": None if reply.get("error") is None else clip(reply.get("error")),
             "seconds": seconds(reply), "self_reported": True}
@@ -421,15 +448,25 @@ try:
 except OSError:
     pass
 wjob = None
-for i, test in enumerate(tests):
-    p = plans[i]
+def run(i, p):
     if p is None:
-        emit(self_reported(i, "the test is not `assert EXPR` (or a `check(candidate)` of such asserts) over calls of the candidate's with literal arguments"))
-        continue
+        return self_reported(i, "the test is not `assert EXPR` (or a `check(candidate)` of such asserts) over calls of the candidate's with literal arguments")
     result = decide(i, p)
     if result is None:
         result = self_reported(i, "a value the test compares is not plain data")
-    emit(result)
+    return result
+stopped = None
+for i, test in enumerate(tests):
+    if stopped is not None:
+        emit(failed(i, "not run: the worker was stopped at test %d (%s)" % stopped))
+        continue
+    try:
+        emit(run(i, plans[i]))
+    except Garbled as exc:
+        worker.kill()
+        worker.wait()
+        stopped = (i, str(exc))
+        emit(failed(i, "the worker's answer could not be read (%s): the worker was stopped" % exc))
 try:
     worker.kill()
     worker.wait()  # (reaped: its CPU time is the judge's children's)

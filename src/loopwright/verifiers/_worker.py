@@ -12,7 +12,10 @@ def alarm(signum, frame):
     fired[0] = "wall" if signum == signal.SIGALRM else "cpu"
     raise TimeoutError("TIMEOUT")
 def clip(s):
-    s = str(s)
+    try:
+        s = str(s)
+    except BaseException:  # (an int past str()'s digit limit, a broken __str__): not shown
+        s = "(a value of type %s that cannot be shown)" % type(s).__name__
     return s if len(s) <= MAX else s[:MAX] + "...[%d more characters]" % (len(s) - MAX)
 def describe(exc):
     try:

@@ -111,6 +111,16 @@ def run_payload(store: Store, run_id: str) -> dict[str, Any]:
         and rows[-1].get("held_out")
         and rec.status in TERMINAL_STATUSES
         else None,
+        # the run's held-out verdict (its last judged candidate's) where tests behind a pass
+        # were decided by the candidate's own process
+        "held_self_reported": next(
+            (
+                "; ".join(f"{v['name']}: {v['note']}" for v in r["held_out"] if v["note"])
+                for r in reversed(rows)
+                if r.get("held_out")
+            ),
+            "",
+        ),
         "points": chart_points(cks),
         "inherited_usd": _inherited_usd(store, rec, cks),
         # (the page's newest versions of each part read alone, not a part's every one)

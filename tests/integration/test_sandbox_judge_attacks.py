@@ -1,0 +1,187 @@
+"""The judge (stop 54) attacked from the worker, the process that runs the candidate: what the
+candidate can write on the answer pipe, values the judge must rebuild or print, names the test
+means as the standard library's, and signals to the judge. None may turn into a pass the
+judge presents as its own, and none may crash or hang the judge."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from loopwright.verifiers import Limits, _boundary, run_tests
+
+# Finds the worker's pipes (the answer pipe among them) and writes on each it can.
+SAY = """
+import os, stat
+def say(data):
+    for fd in range(3, 40):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, data)
+        except OSError:
+            pass
+"""
+
+# What the candidate writes on the answer pipe while the judge waits for f()'s value.
+GARBLE = {
+    "not_json": "b'garbage\\n'",
+    "out_of_turn": "json.dumps({'i': 7, 'g': 0, 'values': []}).encode() + b'\\n'",
+    "wrong_assert": (
+        "json.dumps({'i': 0, 'g': 5, 'values': [{'value': ['i', '0x1'], 'text': '1'}]})"
+        ".encode() + b'\\n'"
+    ),
+    "too_few_values": "json.dumps({'i': 0, 'g': 0, 'values': []}).encode() + b'\\n'",
+    "deeply_nested": 'b\'{"i": 0, "g": 0, "values": [{"value": \' + b\'["l", [\' * 5000 + b\'\\n\'',
+    "not_plain": (
+        "json.dumps({'i': 0, 'g': 0, 'values': [{'value': ['i', 'zz'], 'text': '1'}]})"
+        ".encode() + b'\\n'"
+    ),
+}
+
+# f() is right (1) for every test: only the garbled answer can fail them.
+TESTS = ["assert f() == 1", "assert f() == 1", "def check(c):\n    assert c() == 1\n\ncheck(f)"]
+
+
+@pytest.mark.parametrize("name", sorted(GARBLE))
+def test_a_garbled_answer_stops_the_worker_and_fails_the_rest(name: str) -> None:
+    # Once a line that is not the answer due was read, no later line can be trusted to be the
+    # answer to the question asked: the worker is stopped, this test and the later ones fail
+    # saying so (they had read each other's answers, all "could not be read").
+    code = SAY + f"import json\ndef f():\n    say({GARBLE[name]})\n    return 1\n"
+    r = run_tests(code, TESTS)
+    assert r.status == "completed", r.to_dict()
+    first, *rest = r.tests
+    assert not first.passed and not first.self_reported
+    assert first.error.startswith("the worker's answer could not be read ("), first.error
+    assert first.error.endswith("): the worker was stopped")
+    for t in rest:
+        assert not t.passed and not t.self_reported
+        assert t.error.startswith("not run: the worker was stopped at test 0 ("), t.error
+
+
+def test_an_answer_that_never_ends_does_not_exhaust_the_judge() -> None:
+    # a line with no end: read whole, it would fill the judge's memory (its limit is the
+    # worker's) and crash it; past memory_mb / 8 bytes it is not an answer
+    code = SAY + "def f():\n    for _ in range(48):\n        say(b'x' * (1 << 20))\n    return 1\n"
+    r = run_tests(code, ["assert f() == 1"], limits=Limits(memory_mb=256), test_timeout_s=20)
+    assert r.status == "completed", r.to_dict()
+    assert r.tests[0].error == (
+        "the worker's answer could not be read (an answer longer than 33554432 bytes): "
+        "the worker was stopped"
+    )
+
+
+def test_a_value_the_judge_cannot_print_does_not_crash_it() -> None:
+    # an int past str()'s digit limit (4300): the judge shows the failing side of a compare;
+    # str() raised there and the judge died with a traceback, every test failing
+    code = "def f():\n    return 10 ** 5000\n"
+    r = run_tests(code, ["assert f() + 0 == 5", "assert f() == 10 ** 5000"])
+    assert r.status == "completed", r.to_dict()
+    failing, passing = r.tests
+    assert not failing.passed and not failing.self_reported
+    assert failing.actual == "(a value of type int that cannot be shown)"
+    assert failing.error == "AssertionError (test 0 line 1)"
+    assert passing.passed and not passing.self_reported
+
+
+def test_math_in_a_judged_test_is_the_judges() -> None:
+    # `math.sqrt(2)` has literal arguments: the worker evaluated it, and the candidate, which
+    # rebinds math.sqrt, chose the expected value
+    forger = "import math\nmath.sqrt = lambda x: 0\ndef f(x):\n    return 0\n"
+    (t,) = run_tests(forger, ["assert f(2) == math.sqrt(2)"], judged_only=True).tests
+    assert not t.passed and not t.self_reported and t.actual == "0"
+    honest = "def f(x):\n    return x ** 0.5\n"
+    tests = ["assert f(2) == math.sqrt(2)", "assert math.isclose(f(2), 1.4142135623)"]
+    tests.append("assert math.isclose(f(2), 1.4142135623, rel_tol=1e-12)")
+    r = run_tests(honest, tests, judged_only=True)
+    assert [(t.passed, t.self_reported) for t in r.tests] == [
+        (True, False),
+        (True, False),
+        (False, False),
+    ]
+
+
+def test_a_function_of_the_candidates_named_math_is_its_own() -> None:
+    code = "def math(x):\n    return x * x\n"
+    r = run_tests(code, ["assert math(3) == 9", "assert math(math(2)) == 16"], judged_only=True)
+    assert [t.passed for t in r.tests] == [True, False], r.to_dict()
+    assert r.tests[1].error.startswith("not judged")  # (a call given another's value)
+    # a name the judge's math lacks is not decided with it: the candidate's, self-reported
+    own = "class math:\n    @staticmethod\n    def twice(x):\n        return 2 * x\n"
+    (t,) = run_tests(own, ["assert math.twice(2) == 4"]).tests
+    assert t.passed and t.self_reported
+
+
+def test_a_float_comparison_is_judged() -> None:
+    code = "def f():\n    return (0.1 + 0.2, [1.5, 2.5])\n"
+    tests = [
+        "assert abs(f()[0] - 0.3) < 1e-9",
+        "assert f() == (0.30000000000000004, [1.5, 2.5])",
+        "assert math.isclose(f()[0], 0.3)",
+        "assert math.isclose(f()[1][0], 1.5, abs_tol=1e-9)",
+    ]
+    r = run_tests(code, tests, judged_only=True)
+    assert [(t.passed, t.self_reported) for t in r.tests] == [(True, False)] * 4, r.to_dict()
+
+
+@pytest.mark.parametrize("base", ["int", "float", "str", "tuple", "list", "dict", "frozenset"])
+def test_a_subclass_of_a_plain_type_is_not_plain_data(base: str) -> None:
+    # a subclass's __eq__ is the candidate's: the judge never compares it as the plain value
+    code = (
+        f"class Fake({base}):\n    def __eq__(self, other):\n        return True\n"
+        "    __hash__ = None\ndef f():\n    return Fake()\n"
+    )
+    (t,) = run_tests(code, ["assert f() == 12345"], judged_only=True).tests
+    assert not t.passed and t.error.startswith("not judged: a value the test compares")
+
+
+def test_data_nested_past_the_judges_depth_is_not_judged() -> None:
+    code = "def f():\n    v = []\n    for _ in range(10000):\n        v = [v]\n    return v\n"
+    (t,) = run_tests(code, ["assert f() == []"], judged_only=True).tests
+    assert not t.passed and t.error.startswith("not judged: a value the test compares")
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "os.kill(os.getppid(), signal.SIGKILL)",
+        # pidfd_send_signal raises no audit event: only the kernel stands between
+        "signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)",
+    ],
+)
+def test_signalling_the_judge_can_only_fail_the_run(how: str) -> None:
+    code = f"import os, signal\ndef f():\n    try:\n        {how}\n    except OSError:\n        pass\n    return 0\n"
+    r = run_tests(code, ["assert f() == 1", "assert f() == 1"])
+    assert not r.passed and not any(t.passed for t in r.tests), r.to_dict()
+
+
+HAS_UNSHARE = _boundary._works("unshare", sys.executable)
+
+
+@pytest.mark.skipif(not HAS_UNSHARE, reason="unshare needs root and namespaces")
+@pytest.mark.parametrize("attack", ["garble", "signal", "proc_mem"])
+def test_under_unshare_too(attack: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the judge starts as root there and drops to nobody, the worker's user: its /proc entries
+    # (memory, descriptors) are still not the worker's, and what reaches it only fails the run
+    real = _boundary._works
+    monkeypatch.setattr(_boundary, "_works", lambda b, p: b == "unshare" and real(b, p))
+    body = {
+        "garble": "say(b'garbage\\n')",
+        "signal": "signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)",
+        # the judge's memory through a descriptor of /proc, past the hook's path check
+        "proc_mem": "os.open('%d/mem' % os.getppid(), os.O_RDWR, dir_fd=os.open('/proc', 0))",
+    }[attack]
+    code = SAY + f"import signal\ndef f():\n    try:\n        {body}\n    except OSError:\n"
+    code += "        return 0\n    return 0\n"
+    r = run_tests(code, ["assert f() == 1", "assert f() == 0"])
+    assert r.isolation == "unshare"
+    assert not r.tests[0].passed, r.to_dict()
+    if attack == "garble":
+        assert not r.tests[1].passed
+    else:
+        # refused: /proc/PID/mem is root's (EACCES); the judge is its PID namespace's init,
+        # which a signal from inside it does not kill. The test fails on its value, the next
+        # passes, judged.
+        assert r.status == "completed" and r.tests[0].actual == "0", r.to_dict()
+        assert r.tests[1].passed and not r.tests[1].self_reported
