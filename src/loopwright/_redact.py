@@ -615,20 +615,22 @@ def _clean_text(
                 return False
         if _registered and any_run(low, _registered):  # a piece of one (``_redact_runs``)
             return False
-    if "-" in low:  # ``_key`` reads ``x-api-key`` (and ``x_api-key``) as ``x_api_key``
-        low = low.replace("-", "_")
-    if fields is not SECRET_FIELDS and any(n in low for n in _declared(fields)):
-        return False  # a declared name, as a key or in a text (a printed mapping): the walk
     # Whitespace between a key's name and its closing quote is a raw space, an escape (JSON
-    # escapes every other ASCII space) or a character beyond ASCII.
+    # escapes every other ASCII space) or a character beyond ASCII. (Read before ``-`` is
+    # replaced below: the replacement changes none of the three.)
     spaced = "\\" in low or ' ":' in low or not low.isascii()
     if not spaced and fields is SECRET_FIELDS and hit is False:
         # No trigger, and neither ``private`` nor ``session``: every name of ``SECRET_FIELDS``
         # and ``_SECRET_SUFFIXES`` written plainly as a key (``"name":``) holds one of those
         # (``"token":`` the trigger ``token"``, ``"session_key":`` the word ``session``; a unit
         # test checks every name), so no key of these names is in the text: the reversed copy
-        # and the key pattern's pass over it are not needed.
+        # and the key pattern's pass over it are not needed — nor the copy with ``-`` replaced
+        # (a float's exponent puts one in most of the engine's records: cpu54).
         return True
+    if "-" in low:  # ``_key`` reads ``x-api-key`` (and ``x_api-key``) as ``x_api_key``
+        low = low.replace("-", "_")
+    if fields is not SECRET_FIELDS and any(n in low for n in _declared(fields)):
+        return False  # a declared name, as a key or in a text (a printed mapping): the walk
     return pats[spaced].search(low[::-1]) is None
 
 
