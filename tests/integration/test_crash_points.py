@@ -68,6 +68,9 @@ VOLATILE = {
     *("seconds", "ts", "created_at", "run_id", "show", "recovered", "reconciled", "attempts"),
     "hook_not_done",
     *("memory", "memory_id"),
+    # the execution's lease a cycle's decision names (crash54): a resumed execution holds a
+    # later one than the uninterrupted run's first, by design
+    "lease",
 }
 
 
