@@ -70,7 +70,7 @@ def test_resume_of_a_run_a_worker_holds_says_how_to_follow_it(tmp_path: Path) ->
     r = cli("resume", run_id[:12], "--store", "s.db", cwd=tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr
     [line] = r.stderr.splitlines()
-    assert "is being executed by elsewhere:4242:ab12:x" in line, line
+    assert "is being executed by pid 4242 on host elsewhere (lease for" in line, line
     follow = (
         "another process is driving it: follow it with "
         f"`loopwright show {run_id[:12]} --store s.db`"
