@@ -178,10 +178,12 @@ class Concluding(RuntimeHost):
                     ex.calls.append(row)
                     ex.state.spent = ex.state.spent + u
                 stop: tuple[str, str] | None = None
+                settle: str | None = None  # the run's own effect in doubt: settled first
                 if outcome.status != "done":
                     # (one left in doubt says how a person settles it: effects53b)
                     hint = settle_hint(self.store, ex.run_id, outcome.key)
                     stop = ("escalated", outcome.cause + hint)
+                    settle = outcome.key if hint else None
                 elif i + 1 < len(calls):
                     rest = [x.name for x in calls[i + 1 :]]
                     nxt = _effect(ex.loop, calls[i + 1])
@@ -221,6 +223,7 @@ class Concluding(RuntimeHost):
                         evidence={
                             "effect": outcome.to_dict(),
                             "effects_done": [o.to_dict() for o in outcomes if o.status == "done"],
+                            **({"settle": settle} if settle else {}),
                         },
                         unverified=proposal.to_dict(),
                     )

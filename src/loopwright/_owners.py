@@ -15,7 +15,7 @@ import socket
 import uuid
 from pathlib import Path
 
-__all__ = ["PROCESS_SPACE", "local_pid", "owner_is_dead", "owner_name"]
+__all__ = ["PROCESS_SPACE", "holder_text", "local_pid", "owner_is_dead", "owner_name"]
 
 
 def _process_space() -> str:
@@ -36,6 +36,17 @@ PROCESS_SPACE = _process_space()
 def owner_name() -> str:
     """A lease owner's name: ``host:pid:nonce:space`` (``space``: ``_process_space``)."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}:{PROCESS_SPACE}"
+
+
+def holder_text(owner: str) -> str:
+    """A lease holder as a person reads it: ``pid 4242 on host ci-7`` for a name of the form
+    ``host:pid:nonce:space`` (the nonce and the namespace digest told nobody anything: skip
+    lines and refusals printed ``ci-7:4242:ab12cd34:9f3e…``, polish54); any other name as it
+    is. The raw name stays in the run's record (``--json``)."""
+    parts = owner.split(":")
+    if len(parts) == 4 and parts[0] and parts[1].isdigit():
+        return f"pid {parts[1]} on host {parts[0]}"
+    return owner
 
 
 def local_pid(owner: str) -> int | None:

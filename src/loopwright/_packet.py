@@ -480,8 +480,20 @@ def build_packet(
             "A person must decide: read the reason and evidence, then fix the input, answer "
             "the question or resolve the conflict; to go on with this run, reopen it at its "
             f"last cycle and resume it: `loopwright rollback {run_id[:12]} --to-cycle "
-            f"{state.cycle} --by NAME`, then `loopwright resume {run_id[:12]}`."
+            f"{state.cycle}`, then `loopwright resume {run_id[:12]}`."
         )
+        settle = (evidence or {}).get("settle")
+        if isinstance(settle, str) and settle:
+            # The run's own effect in doubt: a rollback's redo of it is refused until a person
+            # says what happened (the stop cause says so; the advice skipped it: polish54).
+            builtin = (
+                "A person must check the outside world and settle the effect in doubt first: "
+                f"`loopwright settle {run_id[:12]} {settle} --done --result JSON` if it "
+                f"happened, `loopwright settle {run_id[:12]} {settle} --not-done` if not; then "
+                f"reopen the run before that cycle and resume it: `loopwright rollback "
+                f"{run_id[:12]} --to-cycle {state.cycle}`, then `loopwright resume "
+                f"{run_id[:12]}`."
+            )
     waiting = waiting_compensations(state, run_id) if reason == "cancelled" else None
     if waiting and from_python:  # (as the advice holds it: a resume takes it out again)
         waiting = in_python(waiting, run_id[:12])
@@ -500,7 +512,7 @@ def build_packet(
         advice = (
             f"Fix the {error.get('where', 'user code')} error ({error.get('type')}: "
             f"{error.get('message')}), then reopen the run at its last cycle and resume it: "
-            f"`loopwright rollback {run_id[:12]} --to-cycle {state.cycle} --by NAME`, then "
+            f"`loopwright rollback {run_id[:12]} --to-cycle {state.cycle}`, then "
             f"`loopwright resume {run_id[:12]}`."
         )
     if from_python:

@@ -10,6 +10,7 @@ from typing import Any
 
 from ._errors import ConfigError
 from ._frozen import quick_init, twin_of
+from ._money_text import usd
 
 __all__ = ["MAX_AMOUNT", "MAX_RUN_TOKENS", "MAX_TOKENS", "Usage", "plain_usage"]
 
@@ -95,6 +96,12 @@ class Usage:
         adds its duration."""
         # as __add__ with a cost of 0.0
         return _plain(self.cost_usd + 0.0, self.tokens + 0, self.seconds + seconds)
+
+    def __str__(self) -> str:
+        """As a person reads it (``print(result.spent)``): ``$0.02, 600 tokens, 0.01 s``, the
+        dollars as every view prints them; the ``repr`` printed ``Usage(cost_usd=0.02,
+        tokens=600, seconds=0.006571...)``, float noise and all (polish54)."""
+        return f"{usd(self.cost_usd)}, {self.tokens:,} tokens, {self.seconds:.2f} s"
 
     def to_dict(self) -> dict[str, Any]:
         return {"cost_usd": self.cost_usd, "tokens": self.tokens, "seconds": self.seconds}

@@ -355,5 +355,8 @@ def test_rollback_in_a_store_with_users_says_to_decide_with_a_token(proj: Path) 
     rb = cli("rollback", rid, "--to-cycle", "0", "--token", ops, cwd=proj, store=store)
     assert rb.returncode == 0, rb.stderr
     said = " ".join(rb.stdout.split())
-    assert f"decide each with: loopwright approve {rid[:12]} --request ID --token T" in said, said
+    assert (
+        f'decide each with: loopwright approve {rid[:12]} --request ID --token "$LOOPWRIGHT_TOKEN"'
+        in said
+    ), said
     assert "--by NAME" not in said

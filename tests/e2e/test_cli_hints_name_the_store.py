@@ -64,7 +64,7 @@ def test_the_printed_next_commands_carry_the_store_and_work_as_printed(tmp_path:
     decide = _printed(listed.stdout, "decide with: ")
     assert decide[-2:] != ["--store", "s.db"] and "--store" in decide, decide
     decide = [w for w in decide if w not in ("[--note", "TEXT]", "deny)", "(or")]
-    decide[decide.index("NAME")] = "me"
+    assert "NAME" not in decide, decide  # polish54: typed as printed, no name to fill in
     decided = lw(*decide, cwd=tmp_path)  # as printed: no --store added here
     assert decided.returncode == 0, decided.stderr
     go_on = _printed(decided.stdout, "continue it with: ")

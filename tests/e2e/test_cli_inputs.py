@@ -157,10 +157,7 @@ def test_the_approvals_hint_for_one_request_names_its_run(project: Path) -> None
     assert lw("run", "loop.toml", "--task", "t.json", cwd=project, store=store).returncode == 4
     run_id = json.loads(lw("approvals", "--json", cwd=project, store=store).stdout)[0]["run_id"]
     hint = lw("approvals", cwd=project, store=store).stdout.strip().splitlines()[-2:]
-    assert (
-        hint[0]
-        == f"decide with: loopwright approve {run_id[:12]} --by NAME [--note TEXT] (or deny)"
-    )
+    assert hint[0] == f"decide with: loopwright approve {run_id[:12]} [--note TEXT] (or deny)"
     assert hint[1].startswith(f"then: loopwright resume {run_id[:12]}")
 
 

@@ -76,7 +76,10 @@ def test_resume_all_says_once_which_run_it_skipped_and_why(tmp_path: Path) -> No
     assert r.returncode == 2, r.stdout + r.stderr
     skips = {x.split()[1]: x for x in r.stdout.splitlines() if x.startswith("skipped ")}
     hold, gone = skips[held[:12]], skips[goes[:12]]
-    assert hold.startswith(f"skipped {held[:12]} (never:h): held by elsewhere:4242:ab12:x ("), hold
+    # polish54: the holder as a person reads it, not its host:pid:nonce:space name
+    assert hold.startswith(
+        f"skipped {held[:12]} (never:h): held by pid 4242 on host elsewhere ("
+    ), hold
     assert held not in hold, hold  # the whole id, after its short form, said it twice
     assert "another process is driving it: follow it with `loopwright show" in hold, hold
     assert gone.startswith(f"skipped {goes[:12]} (never:g): the run's spec "), gone

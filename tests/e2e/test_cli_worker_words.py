@@ -70,7 +70,7 @@ def test_resume_of_a_run_a_worker_holds_says_how_to_follow_it(tmp_path: Path) ->
     r = cli("resume", run_id[:12], "--store", "s.db", cwd=tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr
     [line] = r.stderr.splitlines()
-    assert "is being executed by elsewhere:4242:ab12:x" in line, line
+    assert "is being executed by pid 4242 on host elsewhere (lease for" in line, line
     follow = (
         "another process is driving it: follow it with "
         f"`loopwright show {run_id[:12]} --store s.db`"
@@ -97,7 +97,9 @@ def test_resume_says_why_each_run_stopped_as_the_worker_does(tmp_path: Path) -> 
             assert lines[at + 1] == f"  why it stopped: {cause}", out
     assert "the actor raised an exception" in r_all.stdout and SECRET not in r_all.stdout
     [skip] = [x for x in r_all.stdout.splitlines() if x.startswith("skipped")]
-    assert skip.startswith(f"skipped {held[:12]} (never:c): held by elsewhere:4242:ab12:x"), skip
+    assert skip.startswith(f"skipped {held[:12]} (never:c): held by pid 4242 on host elsewhere"), (
+        skip
+    )
     follow = (
         f"another process is driving it: follow it with `loopwright show {held[:12]} --store s.db`"
     )

@@ -404,6 +404,7 @@ def test_the_replay_table_is_what_the_command_prints(
     """docs/replay.md's table is the output of the command above it: it still showed the figures
     from before the no-progress rule measured from the last material improvement (140
     accepted, 272 cycles, $2.23) when the command printed 137, 257, $1.89."""
+    from loopwright._money_text import usd
     from loopwright.cli import main
 
     [block] = [b for b in ALL if b.page == "docs/replay.md" and b.lang == "console"]
@@ -422,11 +423,12 @@ def test_the_replay_table_is_what_the_command_prints(
         assert doc["false successes"] == str(fig["false_successes"])
         assert doc["cycles (attempts)"] == str(fig["cycles"])
         saved = 1 - fig["cost_usd"] / base
-        spend = f"${fig['cost_usd']:.2f}" + (f" ({saved:.1%} saved)" if saved else "")
+        # (the figures as the command prints them: one form for dollars, polish54)
+        spend = usd(fig["cost_usd"]) + (f" ({saved:.1%} saved)" if saved else "")
         assert doc["spend"].replace(" %", "%") == spend
-        assert doc["cost_per_accepted_usd"] == f"${fig['cost_per_accepted_usd']:.4f}"
-        after = f"${fig['spend_after_last_improvement_usd']:.2f}"
-        frac = f"({fig['spend_after_last_improvement_frac']:.0%})"
+        assert doc["cost_per_accepted_usd"] == usd(fig["cost_per_accepted_usd"])
+        after = usd(fig["spend_after_last_improvement_usd"])
+        frac = f"({fig['spend_after_last_improvement_frac']:.1%})"
         assert doc["spend_after_last_improvement"].replace(" %", "%") == f"{after} {frac}"
         reasons = dict(x.rsplit(" ", 1) for x in doc["stop reasons"].split(", "))
         assert {k: int(v) for k, v in reasons.items()} == fig["stop_reasons"]

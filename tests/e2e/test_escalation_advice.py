@@ -57,7 +57,8 @@ def advice_followed(tmp_path: Path, stuck: str) -> str:
     commands = re.findall(r"`loopwright ([^`]+)`", advice)
     assert [c.split()[0] for c in commands] == ["rollback", "resume"]
     for command in commands:
-        r = cli(*command.replace("NAME", "ann").split(), cwd=tmp_path, store=store)
+        assert "NAME" not in command, command  # typed literally (polish54)
+        r = cli(*command.split(), cwd=tmp_path, store=store)
         assert r.returncode == 0, r.stderr
     done = json.loads(cli("show", "k", "--json", cwd=tmp_path, store=store).stdout)
     assert (done["run"]["status"], done["run"]["cycle"]) == ("accepted", 3)

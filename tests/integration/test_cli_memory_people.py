@@ -131,7 +131,7 @@ def test_the_confirm_hint_names_a_token_in_a_store_with_users(
     )
     assert code == 0, err
     assert "confirm it with: loopwright memory confirm" in out
-    assert "--token T" in out and "--by NAME" not in out
+    assert '--token "$LOOPWRIGHT_TOKEN"' in out and "--by" not in out
 
 
 def test_the_operator_who_added_a_global_candidate_does_not_confirm_it(

@@ -167,4 +167,4 @@ def test_the_demo_in_a_store_with_users_takes_the_token_its_refusal_names(
         runs = rt.store.list_runs()
     assert runs and {r.created_by for r in runs} == {"rita"}
     [approve] = [line for line in out.splitlines() if "loopwright approve " in line]
-    assert "--token T" in approve and "--by" not in approve
+    assert '--token "$LOOPWRIGHT_TOKEN"' in approve and "--by" not in approve

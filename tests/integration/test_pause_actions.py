@@ -74,13 +74,13 @@ def test_the_approvals_hint_for_a_pause_says_unpause_or_cancel(tmp_path: Path) -
     rid = _paused(store)
     with lw.Runtime(store) as rt:
         reqs = rt.store.approvals(status="pending")
-    hint = _decide_hint(reqs, 1, "--by NAME", None, time.time())
+    hint = _decide_hint(reqs, 1, "", None, time.time())
     assert "deny" not in hint and "approve" not in hint, hint  # before: "approve … (or deny)"
     assert f"loopwright unpause {rid[:12]}" in hint and f"loopwright cancel {rid[:12]}" in hint
     _paused(store, "p-2")
     with lw.Runtime(store) as rt:
         reqs = rt.store.approvals(status="pending")
-    hint = _decide_hint(reqs, 2, "--by NAME", None, time.time())
+    hint = _decide_hint(reqs, 2, "", None, time.time())
     assert "deny" not in hint and "loopwright unpause RUN" in hint, hint
 
 

@@ -142,3 +142,26 @@ def test_fit_stop_says_when_the_runs_hold_too_few_outcomes_to_keep(
     assert "from 50 on" in err
     assert main(["fit-stop", source, "--keep", "0.5"]) == 0  # one of 2 may go: enough runs
     assert "note:" not in capsys.readouterr().err
+
+
+def test_the_headers_dollars_read_as_the_table_beside_it() -> None:
+    """polish54: the header read ``cost per accepted $0.04938 (reference $0.07407)`` beside
+    the table's ``$0.0494``: one form for dollars (``_money_text.usd``) here too."""
+    from dataclasses import replace
+
+    from loopwright._money_text import usd
+
+    def priced(t: RunTrace) -> RunTrace:  # a price with digits beyond a cent's
+        cycles = tuple(replace(c, calls=(Call("actor", 0.0123457, 100),)) for c in t.cycles)
+        return replace(
+            t, cycles=cycles, recorded={**t.recorded, "cost_usd": 0.0123457 * len(cycles)}
+        )
+
+    r = fit_stop([priced(t) for t in _traces()], keep=0.98, optimise="attempts")
+    [line] = [x for x in r.to_toml().splitlines() if x.startswith("# All runs:")]
+    a = r.all_data
+    said = (
+        f"cost per accepted {usd(a.cost_per_accepted_usd or 0)} "
+        f"(reference {usd(a.reference_cost_per_accepted_usd or 0)})."
+    )
+    assert line.endswith(said), (line, said)

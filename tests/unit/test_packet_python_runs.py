@@ -58,7 +58,7 @@ def test_a_python_runs_advice_resumes_it_in_python(tmp_path: Path) -> None:
         contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
     )
     run, said = _advice(wrong, tmp_path / "a.db")
-    assert f"`loopwright rollback {run} --to-cycle 0 --by NAME`" in said, said
+    assert f"`loopwright rollback {run} --to-cycle 0`" in said, said
     assert f"then `Runtime.resume('{run}', loop)` in Python" in said, said
     assert "loopwright resume" not in said, said
     run, said = _advice(_editing(), tmp_path / "b.db")

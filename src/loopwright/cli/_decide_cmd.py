@@ -28,7 +28,7 @@ from ._app import (
     by_name,
     continue_hint,
 )
-from ._options import store_flag
+from ._options import me_flag, store_flag
 from ._stores import existing_store, open_existing
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def approvals(
             reqs = st.approvals(status=status)
             reqs.sort(key=lambda a: (-a.requested_at, a.approval_id))
             total = len(reqs)
-        people = st.has_users()
+        me = me_flag(st)
         # a card that says a payment is reused, refunded since, says so (one read of claims)
         reqs = as_now(st, reqs)
         votes = {a.approval_id: [v.by for v in st.votes(a.approval_id)] for a in reqs}
@@ -111,7 +111,7 @@ def approvals(
     title = f"{total} request(s)" + (f", the newest {len(reqs)} shown" if more > 0 else "")
     print_blocks(title, blocks)
     if reqs and not all_:
-        print(_decide_hint(reqs, total, "--token T" if people else "--by NAME", only, now))
+        print(_decide_hint(reqs, total, me, only, now))
 
 
 def _expiry(expires_at: float, now: float) -> str:
@@ -145,21 +145,21 @@ def _decide_hint(
             )
             return f"it expired and can no longer be decided; {go_on}"
         if a.kind == PAUSE:  # lifted or the run cancelled: denying a pause is refused
-            how = f"loopwright unpause {run} {me} (or end the run: loopwright cancel {run} {me})"
+            how = f"loopwright unpause {run}{me} (or end the run: loopwright cancel {run}{me})"
         elif a.kind == "question":
             how = f"loopwright answer {run} TEXT {me}"
         else:
-            how = f"loopwright approve {run} {me} [--note TEXT] (or deny)"
+            how = f"loopwright approve {run}{me} [--note TEXT] (or deny)"
         if only is not None and not only.spec_ref:
             return f"decide with: {how}\nthen: {continue_hint(only, 'continue it')}"
         return f"decide with: {how}\nthen: loopwright resume {run} (or add --resume above)"
     forms = []
     if any(a.kind not in ("question", PAUSE) for a in reqs):
-        forms.append(f"loopwright approve RUN --request ID {me}{at} [--note TEXT] (or deny)")
+        forms.append(f"loopwright approve RUN --request ID{me}{at} [--note TEXT] (or deny)")
     if any(a.kind == PAUSE for a in reqs):
-        forms.append(f"a pause: loopwright unpause RUN {me}{at} (or loopwright cancel RUN)")
+        forms.append(f"a pause: loopwright unpause RUN{me}{at} (or loopwright cancel RUN)")
     if any(a.kind == "question" for a in reqs):
-        forms.append(f"loopwright answer RUN TEXT --request ID {me}{at}")
+        forms.append(f"loopwright answer RUN TEXT --request ID{me}{at}")
     return (
         f"decide each of the {total} requests with: "
         + "; ".join(forms)
@@ -309,7 +309,7 @@ def cancel(
             else 0
         )
         reversal = _reversal(rt.store, rec.run_id)
-        me = "--token T" if rt.store.has_users() else "--by NAME"
+        me = me_flag(rt.store)
     say(
         f"run {rec.run_id[:12]}: {rec.status}"
         + (
@@ -346,7 +346,7 @@ def pause(
         with as_options(by="--by", note="--note"):
             filed = rt.pause(rec.run_id, by=who, note=note, origin="cli")
         now = rt.store.get_run(rec.run_id)
-        me = "--token T" if rt.store.has_users() else "--by NAME"
+        me = me_flag(rt.store)
     short = rec.run_id[:12]
     say(
         f"run {short}: paused by {who} (request {filed.approval_id})"
@@ -355,7 +355,7 @@ def pause(
         "its next cycle boundary; the cycle under way finishes first"
     )
     # typable as printed: the store it was given (as the other hints: store_flag)
-    say(f"let it go on with: loopwright unpause {short}{store_flag()} {me}")
+    say(f"let it go on with: loopwright unpause {short}{store_flag()}{me}")
 
 
 @app.command(short_help="Let a paused run go on where it stopped.")
@@ -432,7 +432,7 @@ def _print_reversal(
         say(f"  compensation {a.approval_id}: {a.what}")
     if asks:
         say(
-            f"decide each with: loopwright approve {rid} --request ID {me}{store_flag()} "
+            f"decide each with: loopwright approve {rid} --request ID{me}{store_flag()} "
             f"(or deny), then: loopwright resume {rid}{store_flag()}"
         )
 
@@ -478,7 +478,7 @@ def rollback(
         )
         reversal = _reversal(rt.store, rec.run_id)
         dropped = rollback_dropped(rt.store, rec.run_id)
-        me = "--token T" if rt.store.has_users() else "--by NAME"
+        me = me_flag(rt.store)
     say(f"run {rec.run_id[:12]}: rolled back to cycle {to_cycle}, now {rec.status}")
     if dropped:
         say(f"  replaces {said_dropped(dropped)}", style="yellow")

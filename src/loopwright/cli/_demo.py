@@ -55,7 +55,7 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
     from rich.markup import escape
 
     from ._app import _execute
-    from ._options import store_flag
+    from ._options import me_flag, store_flag
     from ._render import console, say
     from ._stores import creatable_store
 
@@ -94,7 +94,7 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
     )
     parked = [r for r in results if r.status == "awaiting_approval"]
     with open_store(resolve_store_url(store)) as st:
-        people = st.has_users()
+        me = me_flag(st)
     stopped = [r for r in results if r.status not in ("accepted", "awaiting_approval")]
     # The commands as they work from here: with --store when the demo was given one (the
     # shared rule: ``store`` is the resolved URL by now, and named the default store or
@@ -110,8 +110,9 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
         rid = parked[0].run_id[:12]
         steps += [
             ("loopwright approvals", "what is waiting for a person"),
-            # in a store with users a decision is a token's (a typed name is refused there)
-            (f"loopwright approve {rid} {'--token T' if people else '--by you'}", ""),
+            # in a store with users a decision is a token's (a typed name is refused there);
+            # without, ``--by you`` recorded the decision as made by "you"
+            (f"loopwright approve {rid}{me}", ""),
             (f"loopwright resume {rid}", ""),
             (f"loopwright trace {rid} --format otlp-json", "its OpenTelemetry spans"),
         ]

@@ -14,9 +14,22 @@ from .._money_text import usd, usd_digits
 from ..store import RunRecord
 from ._render import status_text
 
-__all__ = ["LiveView"]
+__all__ = ["LiveView", "cycle_in"]
 
 _ROWS = 12  # beyond this many runs, show the active ones and a progress bar
+
+
+def cycle_in(r: RunRecord) -> str:
+    """The cycle a run is in, as `approvals` names a parked run's ("cycle 3") and the timeline
+    numbers them (from 1): a run under way or parked is in the cycle after those concluded
+    (``RunRecord.cycle``); an ended one shows its last concluded; one not started, ``-``. The
+    live table showed the count concluded: 0 for a run interrupted in its cycle 1, 2 for one
+    parked in cycle 3 (polish54)."""
+    if r.status in TERMINAL_STATUSES:
+        return str(r.cycle)
+    if r.status == "pending" and r.cycle == 0:
+        return "-"
+    return str(r.cycle + 1)
 
 
 class LiveView:
@@ -49,7 +62,7 @@ class LiveView:
             best = "-" if r.best_score is None else f"{r.best_score:.2f}"
             t.add_row(
                 escape(r.task_key),
-                str(r.cycle),
+                cycle_in(r),
                 best,
                 usd_digits(r.cost_usd),
                 status_text(r.status),

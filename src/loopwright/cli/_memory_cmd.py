@@ -25,6 +25,7 @@ from .._memory import (
     Signal,
 )
 from ._app import JsonOpt, StoreOpt, TokenOpt, _print_json, app, as_options, by_name, new_typer
+from ._options import me_flag
 from ._stores import open_existing, open_or_create
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def _person(
 def _me(st: Store) -> str:
     """How the person at the terminal names themself to ``confirm``: a token where the store
     has users (a ``--by`` alone is refused there), else a name."""
-    return "--token T" if st.has_users() else "--by NAME"
+    return me_flag(st, needed=True)
 
 
 def _audited(st: Store, who: str, action: str, it: MemoryItem) -> None:
@@ -319,7 +320,7 @@ def add(
     if it.status == "candidate" and not as_json:
         from ._render import say
 
-        say(f"confirm it with: loopwright memory confirm {it.memory_id} {me}")
+        say(f"confirm it with: loopwright memory confirm {it.memory_id}{me}")
 
 
 @memory_app.command(short_help="Confirm a candidate: it becomes active.")
@@ -394,4 +395,4 @@ def propose(
             markup=True,
         )
     if items:
-        say(f"confirm each with: loopwright memory confirm ID {me}")
+        say(f"confirm each with: loopwright memory confirm ID{me}")

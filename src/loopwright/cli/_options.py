@@ -130,6 +130,18 @@ def by_name(value: str | None) -> str | None:
     return value
 
 
+def me_flag(store: Any, *, needed: bool = False) -> str:
+    """How a printed command says who acts, so it works when copied (polish54): the hints
+    printed ``--by NAME``, which ``by_name`` refuses as typed. A store with users: the token,
+    as ``--token "$LOOPWRIGHT_TOKEN"`` (the option's own default; a shell without it passes a
+    blank token, refused in one line). Without users: nothing, ``--by`` defaulting to the OS
+    user; ``needed`` (a command whose ``--by`` has no default) ``--by "$USER"``, which the
+    shell reads as that same OS user. With a leading space, or ``""``."""
+    if store.has_users():
+        return ' --token "$LOOPWRIGHT_TOKEN"'
+    return ' --by "$USER"' if needed else ""
+
+
 ByOpt = Annotated[
     str | None,
     typer.Option(

@@ -161,11 +161,13 @@ def _held_elsewhere(rt: Runtime, rec: RunRecord) -> str | None:
 def _held_text(rt: Runtime, rec: RunRecord) -> str | None:
     """Who holds the run and for how long, said once (the store's refusal repeated the whole
     run id the line starts with); None when no other holder is recorded."""
+    from .._owners import holder_text
+
     now = rt.store.get_run(rec.run_id)
     if now.lease_owner is None or now.lease_owner == rt.owner or now.lease_expires_at is None:
         return None
     left = max(0.0, now.lease_expires_at - rt.store.clock())  # the lease's own clock
-    return f"held by {now.lease_owner} (lease for {left:.0f} s more)"
+    return f"held by {holder_text(now.lease_owner)} (lease for {left:.0f} s more)"
 
 
 def next_steps(results: Sequence[RunResult]) -> list[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ConfigError
+from .._money_text import usd as money
 from ._fit_result import FIT_FORMAT, FitResult
 
 # --- TOML -------------------------------------------------------------------------------------
@@ -49,7 +50,9 @@ def pct(x: float | None) -> str:
 
 
 def usd(x: float | None) -> str:
-    return "n/a" if x is None else f"${x:.4g}"
+    """A dollar amount as every view prints it (``$0.0094``, as fit-stop's table beside it;
+    the header read ``$0.009355``: polish54), ``n/a`` for none."""
+    return "n/a" if x is None else money(x)
 
 
 def to_toml(r: FitResult) -> str:

@@ -14,7 +14,7 @@ from .._errors import (
     StaleLeaseError,
 )
 from .._keys import MAX_KEY_CHARS, check_lookup
-from .._owners import owner_is_dead
+from .._owners import holder_text, owner_is_dead
 from ._records import JournalEntry, NewEvent, RunRecord, VersionRow
 from ._rows import (
     event_row,
@@ -355,7 +355,7 @@ class RunsSQL(SQLCore):
                 and not owner_is_dead(holder)
             ):
                 raise ConflictError(
-                    f"run {run_id} is being executed by {holder} (lease for "
+                    f"run {run_id} is being executed by {holder_text(holder)} (lease for "
                     f"{expires - now:.0f} s more)"
                 )
             token += 1

@@ -357,13 +357,13 @@ def next_action_here(
     advice = re.sub(r"`loopwright show \S+`", "below", advice)
     # an error's advice names the rollback and resume commands; here they are buttons
     advice = re.sub(
-        r"`loopwright rollback \S+ --to-cycle (\d+) --by NAME`, then `loopwright resume \S+`",
+        r"`loopwright rollback \S+ --to-cycle (\d+)(?: --by NAME)?`, then `loopwright resume \S+`",
         r"Roll back to a cycle below (cycle \1), resumed after",
         advice,
     )
     # (a run started from Python is resumed there, with its loop: no page can resume it)
     advice = re.sub(
-        r"`loopwright rollback \S+ --to-cycle (\d+) --by NAME`, then (`Runtime\.resume\(\S+, "
+        r"`loopwright rollback \S+ --to-cycle (\d+)(?: --by NAME)?`, then (`Runtime\.resume\(\S+, "
         r"loop\)` in Python)",
         r"Roll back to a cycle below (cycle \1), then resume it with \2",
         advice,
