@@ -20,7 +20,7 @@ from test_web_settle import _in_doubt
 
 import loopwright as lw
 from loopwright.cli import main
-from loopwright.store import _sql_journal
+from loopwright.store._people_sql import PeopleSQL
 from loopwright.web import create_app
 
 SERVER = "server-token-0123456789"
@@ -100,7 +100,7 @@ def test_a_settling_cut_short_leaves_nothing_written(
 
     # the audit record is the transaction's last write: the payment's entries, the refund's
     # and the packet are all before it
-    monkeypatch.setattr(_sql_journal.JournalSQL, "_audit_row", cut, raising=False)
+    monkeypatch.setattr(PeopleSQL, "_audit_row", cut)
     with lw.Runtime(url) as rt, pytest.raises(Cut):
         rt.settle_effect(a, COMP, done=done, by="ops")
     monkeypatch.undo()
