@@ -135,7 +135,9 @@ class Settling(RuntimeHost):
                 # a cut between them left the payment refunded, the refund in doubt, no record
                 undone = redact(data.get("result"))
                 undoing = settle_undoing(self.store, rec.run_id, entry, done=done, result=undone)
-                packet = settled_packet(self.store, rec, entry, settled, undone)
+                # (read under the lease: the packet as the last commit before it left it)
+                now = self.store.get_run(rec.run_id)
+                packet = settled_packet(self.store, now, entry, settled, undone)
                 *_, written = self.store.journal_put_all(
                     rec.run_id,
                     token,
