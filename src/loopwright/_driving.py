@@ -19,7 +19,7 @@ from ._edit_check import owed_after, owes_check
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._resume_ready import crash_bound, crash_cause, crashes_at
-from ._settle_refund import refund_settle_hint
+from ._settle_refund import compensation_advice
 from ._store_threads import written
 from .store import NewEvent, RunRecord
 
@@ -94,11 +94,9 @@ class Driving(RuntimeHost):
                     advice = str(packet.get("recommended_action", ""))
                     packet["recommended_action"] = advice.replace(waiting, "").strip()
                     ex.state.next_action = ex.state.next_action.replace(waiting, "").strip()
-                if bad:
-                    causes = "; ".join(str(n.get("cause")) for n in bad)
+                if bad:  # (a settling rewrites it: ``_settle_refund.settled_packet``)
                     packet["recommended_action"] = (
-                        f"Undo by hand what the compensations could not ({causes})."
-                        + refund_settle_hint(self.store, ex.run_id)
+                        compensation_advice(self.store, ex.run_id, notes)
                         + " "
                         + str(packet.get("recommended_action", ""))
                     ).strip()

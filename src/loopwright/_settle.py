@@ -26,8 +26,8 @@ from ._host import RuntimeHost
 from ._json import check_given_text, check_value
 from ._people import _printable_note
 from ._redact import redact, redact_text
-from ._settle_refund import is_refund, settle_undoing, undone_words
-from .store import JournalEntry, NewEvent, Store
+from ._settle_refund import is_refund, settle_undoing, settled_packet, undone_words
+from .store import JournalEntry, JournalWrite, NewEvent, Store
 
 __all__ = ["Settling", "settle_hint", "settled_words"]
 
@@ -58,16 +58,26 @@ class Settling(RuntimeHost):
             raise ConfigError("must be True or False", field="done")
         if not isinstance(by, str) or not by.strip():
             raise ConfigError("settling an effect needs the name of who checked it", field="by")
-        check_given_text(key, field="key")
-        if note is not None:
-            check_given_text(note, field="note")
-        if done:
-            # what a person gives is stored as given or refused, as an edit's value: a NaN was
-            # written as null, a set as its text, and a value nested too deep failed the write
-            check_value(result, field="result")
         rec = self.store.get_run(run_id)
         on = f"run {rec.run_id}"
+        # who before what, as every other action of a person: one who may not operate learns
+        # nothing of what would be accepted, and what is refused of one who may is audited
+        # (a result that is not strict JSON, a key or note holding a NUL or a lone surrogate
+        # were refused before the role check, with no record)
         who = may_operate(self.store, by, "settle_effect", on, origin=origin)
+        try:
+            check_given_text(key, field="key")
+            if note is not None:
+                check_given_text(note, field="note")
+            # (a note holding an escape sequence refused here, audited as a pause's is)
+            printable = _printable_note(note) if note else None
+            if done:
+                # what a person gives is stored as given or refused, as an edit's value: a NaN
+                # was written as null, a set as its text, a value nested too deep failed
+                check_value(result, field="result")
+        except ConfigError as exc:
+            refused(self.store, who, "settle_effect", on, origin=origin, why=exc)
+            raise
         busy = (
             f"run {rec.run_id} is executing elsewhere; let it stop (it escalates on an effect "
             "in doubt) first"
@@ -75,9 +85,6 @@ class Settling(RuntimeHost):
         token = self._lease_or_refused(rec.run_id, who, "settle_effect", origin=origin, busy=busy)
         with self._holding(rec.run_id, token):
             try:
-                # (a note holding an escape sequence refused here, audited as a pause's is: it
-                # was refused after this, with no record)
-                printable = _printable_note(note) if note else None
                 entry = self._in_doubt_entry(rec.run_id, key)
             except ConfigError as exc:
                 refused(self.store, who, "settle_effect", on, origin=origin, why=exc)
@@ -112,28 +119,46 @@ class Settling(RuntimeHost):
             # process gone between the two) left an effect settled with no record of who
             record = audit_entry(who, "settle_effect", on, origin=origin, key=ikey, done=done,
                                  note=settled.get("note"))  # fmt: skip
-            in_tx = takes_audit(self.store.journal_put)
-            with_record: dict[str, Any] = {"audit": record} if in_tx else {}
-            if is_refund(entry):  # the action it undoes: undone, or standing (its claim)
-                settle_undoing(
-                    self.store,
-                    rec.run_id,
-                    token,
-                    entry,
-                    done=done,
-                    result=redact(data.get("result")),
-                )
-            written = self.store.journal_put(
-                rec.run_id,
-                token,
-                key=entry.key,
-                kind="effect",
-                cycle=entry.cycle,
-                status=status,
-                data=redact(data),
+            write = JournalWrite(
+                entry.key,
+                "effect",
+                entry.cycle,
+                status,
+                redact(data),
                 expect_status="in_doubt",
                 events=[NewEvent(entry.cycle, "effect_settled", redact(event))],
                 claim=claim,
+            )
+            if is_refund(entry):
+                # the action it undoes (undone, or standing: its claim), the cancelled run's
+                # packet and the record, in the compensation's transaction: written one by one,
+                # a cut between them left the payment refunded, the refund in doubt, no record
+                undone = redact(data.get("result"))
+                undoing = settle_undoing(self.store, rec.run_id, entry, done=done, result=undone)
+                # (read under the lease: the packet as the last commit before it left it)
+                now = self.store.get_run(rec.run_id)
+                packet = settled_packet(self.store, now, entry, settled, undone)
+                *_, written = self.store.journal_put_all(
+                    rec.run_id,
+                    token,
+                    [*undoing, write],
+                    packet=None if packet is None else redact(packet),
+                    audit=record,
+                )
+                return written
+            in_tx = takes_audit(self.store.journal_put)
+            with_record: dict[str, Any] = {"audit": record} if in_tx else {}
+            written = self.store.journal_put(
+                rec.run_id,
+                token,
+                key=write.key,
+                kind=write.kind,
+                cycle=write.cycle,
+                status=write.status,
+                data=write.data,
+                expect_status=write.expect_status,
+                events=write.events,
+                claim=write.claim,
                 **with_record,
             )
             if not in_tx:  # a store of one's own written before ``audit=``: after, as it was

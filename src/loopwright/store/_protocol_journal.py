@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from ._records import EffectClaim, EffectReuse, JournalEntry, NewEvent
+from ._records import EffectClaim, EffectReuse, JournalEntry, JournalWrite, NewEvent
 
 __all__ = ["JournalStore"]
 
@@ -64,6 +64,35 @@ class JournalStore(ABC):
 
         ``audit``: the record of a person's write (``audit_put``'s fields: a settling),
         written in the same transaction: neither lands without the other."""
+
+    def journal_put_all(
+        self,
+        run_id: str,
+        token: int,
+        writes: Sequence[JournalWrite],
+        *,
+        packet: Mapping[str, Any] | None = None,
+        audit: Mapping[str, Any] | None = None,
+    ) -> list[JournalEntry]:
+        """Several ``journal_put`` writes (each with its expectation, claim and events) under
+        the run's lease ``token``, the run's ``packet`` replaced (``None``: kept) and the
+        ``audit`` record of the person's write, all in ONE transaction: a settling of a
+        refund, whose payment's entries, compensation, rewritten packet and record must
+        stand or fall together. Any error writes nothing. The entries as written, in order.
+
+        A store of one's own that does not override it gets these writes one by one, each in
+        its own transaction, the record last, and its packet left as it was (it has no other
+        way to write one outside a commit)."""
+        got = [
+            self.journal_put(
+                run_id, token, key=w.key, kind=w.kind, cycle=w.cycle, status=w.status,
+                data=w.data, expect_status=w.expect_status, events=w.events, claim=w.claim,
+            )
+            for w in writes
+        ]  # fmt: skip
+        if audit is not None:
+            self.audit_put(**audit)  # type: ignore[attr-defined]  # (Store's, mixed in)
+        return got
 
     @abstractmethod
     def effect_claim(self, kind: str, key: str) -> EffectClaim | None:

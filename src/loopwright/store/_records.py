@@ -380,6 +380,20 @@ class NewEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class JournalWrite:
+    """One journal entry of ``journal_put_all``: ``journal_put``'s fields, less the run's."""
+
+    key: str
+    kind: str
+    cycle: int
+    status: str
+    data: Mapping[str, Any]
+    expect_status: str | None = None
+    events: Sequence[NewEvent] = ()
+    claim: tuple[str, str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class MemorySearch:
     """One feedback-memory search (``Store.memory_search``): the active items of exactly
     these ``(scope, scope_key)`` pairs, ranked by the database."""

@@ -14,7 +14,7 @@ from .._errors import (
     RunNotFoundError,
     StaleLeaseError,
 )
-from ._records import EffectClaim, EffectReuse, JournalEntry, NewEvent
+from ._records import EffectClaim, EffectReuse, JournalEntry, JournalWrite, NewEvent
 from ._rows import (
     event_row,
 )
@@ -65,72 +65,95 @@ class JournalSQL(SQLCore):
     ) -> JournalEntry:
         q = self._q
         now = time.time()
-        payload = self._js(dict(data))
         bill = claim is None and expect_status is None and attempts is not None and not events
         if bill and audit is None:
             # A call's bill (written before every billed call's cycle commits): one statement,
             # fenced by its own condition, in place of the fence, the read and the write. No
             # row: the path below finds out why (a stale token, no such run) and says so.
+            payload = self._js(dict(data))
             fenced = (run_id, key, kind, cycle, status, payload, attempts, now, now, token)
             row = self._put_fenced(q.put_journal_fenced, (*fenced, run_id, token), lazy)
             if row is not None:
                 return self._journal(row)
+        put = JournalWrite(key, kind, cycle, status, data, expect_status, events, claim)
         with self._tx_lazy() if lazy else self._tx() as conn:
-            # As in commit: the fencing check is a guarded write inside the transaction, so no
-            # other executor can take the lease between the check and the writes below, and
-            # every journal writer of this run queues here (SQLite: the write lock is held;
-            # PostgreSQL: the run's row lock), so the read-check-write cannot interleave.
-            if conn.execute(q.fence, (run_id, token)).fetchone() is None:
-                if conn.execute(q.run_exists, (run_id,)).fetchone() is None:
-                    raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
-                raise StaleLeaseError(
-                    f"run {run_id}: journal write {key!r} refused, fencing token {token} is stale"
-                )
-            existing = conn.execute(q.journal_status, journal_key(run_id, key)).fetchone()
-            check_journal_expect(
-                run_id, key, None if existing is None else existing[0], expect_status
-            )
-            if claim is not None:
-                self._claim(conn, run_id, claim, status, data, now)
-            if existing is None:
-                row = conn.execute(
-                    q.insert_journal,
-                    (
-                        run_id,
-                        key,
-                        kind,
-                        cycle,
-                        status,
-                        payload,
-                        0 if attempts is None else attempts,
-                        now,
-                        now,
-                        token,
-                    ),
-                ).fetchone()
-            else:
-                row = conn.execute(
-                    q.update_journal,
-                    (
-                        kind,
-                        cycle,
-                        status,
-                        payload,
-                        existing[1] if attempts is None else attempts,
-                        now,
-                        token,
-                        *journal_key(run_id, key),
-                    ),
-                ).fetchone()
-            if events:
-                self._executemany(
-                    conn, q.insert_event, [event_row(run_id, e, now, self._js) for e in events]
-                )
-            if (
-                audit is not None
-            ):  # a person's write (a settling): its record stands or falls with it
+            self._fence_journal(conn, run_id, token, key)
+            row = self._journal_write(conn, run_id, token, put, attempts, now)
+            if audit is not None:  # a person's write (a settling): stands or falls with it
                 self._audit_row(conn, audit)
         return self._journal(row)
+
+    def journal_put_all(
+        self,
+        run_id: str,
+        token: int,
+        writes: Sequence[JournalWrite],
+        *,
+        packet: Mapping[str, Any] | None = None,
+        audit: Mapping[str, Any] | None = None,
+    ) -> list[JournalEntry]:
+        now = time.time()
+        with self._tx() as conn:
+            self._fence_journal(conn, run_id, token, writes[0].key if writes else "")
+            rows = [self._journal_write(conn, run_id, token, w, None, now) for w in writes]
+            if packet is not None:  # (fenced above: the run's row is this lease's)
+                conn.execute(
+                    self._q.update_run(("packet",), False),
+                    (self._js(dict(packet)), now, run_id, token),
+                )
+            if audit is not None:
+                self._audit_row(conn, audit)
+        return [self._journal(r) for r in rows]
+
+    def _fence_journal(self, conn: Any, run_id: str, token: int, key: str) -> None:
+        """A journal write's fence, in its transaction: as in commit, a guarded write, so no
+        other executor takes the lease between the check and the writes after it, and every
+        journal writer of this run queues here (SQLite: the write lock is held; PostgreSQL:
+        the run's row lock), so a read-check-write cannot interleave."""
+        q = self._q
+        if conn.execute(q.fence, (run_id, token)).fetchone() is None:
+            if conn.execute(q.run_exists, (run_id,)).fetchone() is None:
+                raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
+            raise StaleLeaseError(
+                f"run {run_id}: journal write {key!r} refused, fencing token {token} is stale"
+            )
+
+    def _journal_write(
+        self,
+        conn: Any,
+        run_id: str,
+        token: int,
+        w: JournalWrite,
+        attempts: int | None,
+        now: float,
+    ) -> Any:
+        """One entry's write (its expectation, claim and events) in a fenced transaction."""
+        q = self._q
+        existing = conn.execute(q.journal_status, journal_key(run_id, w.key)).fetchone()
+        check_journal_expect(
+            run_id, w.key, None if existing is None else existing[0], w.expect_status
+        )
+        if w.claim is not None:
+            self._claim(conn, run_id, w.claim, w.status, w.data, now)
+        payload = self._js(dict(w.data))
+        if existing is None:
+            row = conn.execute(
+                q.insert_journal,
+                (run_id, w.key, w.kind, w.cycle, w.status, payload,
+                 0 if attempts is None else attempts, now, now, token),
+            ).fetchone()  # fmt: skip
+        else:
+            row = conn.execute(
+                q.update_journal,
+                (w.kind, w.cycle, w.status, payload,
+                 existing[1] if attempts is None else attempts, now, token,
+                 *journal_key(run_id, w.key)),
+            ).fetchone()  # fmt: skip
+        if w.events:
+            self._executemany(
+                conn, q.insert_event, [event_row(run_id, e, now, self._js) for e in w.events]
+            )
+        return row
 
     def _claim(
         self,

@@ -53,9 +53,9 @@ def settle_act(
         note = _printable_note(text_field(note, "note"))
         note = note.strip() if note and note.strip() else None
     except (ConfigError, HTTPException) as exc:
-        why = exc.detail if isinstance(exc, HTTPException) else str(exc)
-        audit(store, by, ACTION, f"run {run_id}", outcome="refused", origin=where, reason=why)
-        raise HTTPException(400, str(why)) from None
+        why = str(exc.detail if isinstance(exc, HTTPException) else exc)
+        _refused(ctx, by, where, run_id, why)
+        raise HTTPException(400, why) from None
     try:
         register_run_secrets(store.get_run(run_id))  # the loop's keys masked in the result
         got = Runtime(store).settle_effect(
@@ -66,6 +66,11 @@ def settle_act(
     except LoopwrightError as exc:  # executing elsewhere (409), the store failed (503)
         raise http_error(exc) from exc
     return got, settled_words(store, got, run_id, by)
+
+
+def _refused(ctx: WebContext, who: str, where: str, run_id: str, why: str) -> None:
+    """Audit a settling refused for what was sent (the reason, not the text)."""
+    audit(ctx.store, who, ACTION, f"run {run_id}", outcome="refused", origin=where, reason=why)
 
 
 def register_settle_routes(app: FastAPI, ctx: WebContext) -> None:
@@ -82,15 +87,20 @@ def register_settle_routes(app: FastAPI, ctx: WebContext) -> None:
         csrf: str = Form(""),
     ) -> Response:
         ctx.require_form_write(request, csrf)
-        rec = may_act(ctx.store, ctx.auth.who(request), origin_of(request), run_id, ACTION)
-        if done not in ("yes", "no"):
-            raise HTTPException(400, "say what the outside world shows: done or not done")
+        who, where = ctx.auth.who(request), origin_of(request)
+        rec = may_act(ctx.store, who, where, run_id, ACTION)
         value: Any = None
-        if result.strip():
-            try:
-                value = strict_loads(result)
-            except ValueError as exc:
-                raise HTTPException(400, f"result: is not JSON ({exc})") from None
+        try:  # (who before what: refused of one who may operate, audited as the API's are)
+            if done not in ("yes", "no"):
+                raise HTTPException(400, "say what the outside world shows: done or not done")
+            if result.strip():
+                try:
+                    value = strict_loads(result)
+                except ValueError as exc:
+                    raise HTTPException(400, f"result: is not JSON ({exc})") from None
+        except HTTPException as exc:
+            _refused(ctx, who, where, rec.run_id, str(exc.detail))
+            raise
         _entry, msg = settle_act(
             ctx,
             request,
@@ -110,7 +120,6 @@ async def api_settle_flow(
     """The API's settling: who first (401, then 404, then 403 audited, before the body is
     read: one who may not learns nothing of what would be accepted), then the body
     (``read_body()``: 422 for another shape), then ``settle_act``."""
-    from ._http import NotText
     from ._views import journal_view, run_summary
 
     await run_in_threadpool(ctx.require_api_write, request)
@@ -118,11 +127,11 @@ async def api_settle_flow(
     rec = await run_in_threadpool(may_act, ctx.store, who, where, run_id, ACTION)
     try:
         body = await read_body()
-    except NotText as exc:  # audited, as a cancel's note that is not text is
-        await run_in_threadpool(
-            audit, ctx.store, who, ACTION, f"run {rec.run_id}", outcome="refused",
-            origin=where, reason=str(exc.detail),
-        )  # fmt: skip
+    except HTTPException as exc:
+        # a 400 audited, every one (not JSON, nested too deep, not text), as a refusal of a
+        # person's action is; another shape (422, a program's mistake) is not, as on every
+        # route of the API
+        await run_in_threadpool(_refused, ctx, who, where, rec.run_id, str(exc.detail))
         raise
     got, msg = await run_in_threadpool(
         lambda: settle_act(
