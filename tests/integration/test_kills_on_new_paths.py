@@ -171,6 +171,7 @@ def test_a_run_crashed_on_the_new_paths_resumes_to_the_uninterrupted_state(
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(trial=trials())
+@example(trial=FIRST_COMMIT_KILLED)
 def test_the_same_on_postgresql(trial: tuple[str, int, list[list[nk.Point]]]) -> None:
     from conftest import pg_base_url, pg_create_schema, pg_drop_schema
 
