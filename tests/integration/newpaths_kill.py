@@ -220,8 +220,8 @@ def _lease_named(data: dict[str, Any]) -> dict[str, Any]:
     token, docs/trace.md) kept only as named: each execution takes the next token, so an
     attempt killed after its lease take shifts every later one, even one killed before its
     first commit that left no event (a run's first ``before_checkpoint``: the killed run's
-    ``started`` names lease 2, the uninterrupted run's 1). That the token is its execution's
-    own is checked where leases are the subject (``test_crash_bound_alive.py``)."""
+    ``started`` names lease 2, the uninterrupted run's 1). That each names its execution's own
+    token is checked apart (``test_a_kill_before_the_first_commit_shifts_the_leases_only``)."""
     lease = data.get("lease")
     if isinstance(lease, int) and not isinstance(lease, bool):
         return {**data, "lease": "LEASE"}
