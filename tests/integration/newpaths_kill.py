@@ -215,6 +215,19 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _lease_named(data: dict[str, Any]) -> dict[str, Any]:
+    """An event's ``lease`` (``started``, ``drained``, ``interrupted``: its execution's fencing
+    token, docs/trace.md) kept only as named: each execution takes the next token, so an
+    attempt killed after its lease take shifts every later one, even one killed before its
+    first commit that left no event (a run's first ``before_checkpoint``: the killed run's
+    ``started`` names lease 2, the uninterrupted run's 1). That each names its execution's own
+    token is checked apart (``test_a_kill_before_the_first_commit_shifts_the_leases_only``)."""
+    lease = data.get("lease")
+    if isinstance(lease, int) and not isinstance(lease, bool):
+        return {**data, "lease": "LEASE"}
+    return data
+
+
 def outcome(db: str, work: Path) -> dict[str, Any]:
     """What must not depend on the kills (the module's docstring)."""
     with lw.Runtime(db) as rt:
@@ -236,7 +249,7 @@ def outcome(db: str, work: Path) -> dict[str, Any]:
                 "still_waiting",
             ):
                 continue
-            events.setdefault(e.cycle, []).append((e.kind, _plain(e.data)))
+            events.setdefault(e.cycle, []).append((e.kind, _lease_named(_plain(e.data))))
         state = r.state.to_dict()
         billed = state.pop("billed", None)
         paid = work / PAID_FILE
