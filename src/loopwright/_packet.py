@@ -9,12 +9,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from ._contract import Contract, contract_from_snapshot
+from ._contract import TERMINAL_STATUSES, Contract, contract_from_snapshot
 from ._decide import at_default_ceiling, crosses, cycle_cap
 from ._money_text import usd
 from ._state import TaskState
 
-__all__ = ["build_packet", "explain", "run_stop_cause", "stop_cause", "waiting_compensations"]
+__all__ = [
+    "build_packet",
+    "explain",
+    "run_next_action",
+    "run_stop_cause",
+    "settle_first",
+    "stop_cause",
+    "waiting_compensations",
+]
 
 # How to go on past a budget: the run keeps its contract, and `resume` returns an ended run as
 # it is; a fork at its last cycle takes a contract laid over the run's (advice47: the advice
@@ -404,6 +412,24 @@ def run_stop_cause(rec: _RunLike, packet: Mapping[str, Any] | None = None) -> st
     )
 
 
+class _EndedLike(Protocol):
+    @property
+    def status(self) -> str: ...
+    @property
+    def packet(self) -> dict[str, Any] | None: ...
+
+
+def run_next_action(rec: _EndedLike, next_action: str) -> str:
+    """What a person does next with a stored run: an ended run's packet advice when it holds
+    one, else its last checkpoint's ``next_action``. A settling rewrites the ended run's
+    packet (who settled what, what is left), not its checkpoints: `show` and the API read the
+    checkpoint's copy, and kept saying to settle what was settled (settle54c)."""
+    advice = (rec.packet or {}).get("recommended_action")
+    if rec.status in TERMINAL_STATUSES and isinstance(advice, str) and advice:
+        return advice
+    return next_action
+
+
 def waiting_compensations(state: TaskState, run_id: str) -> str | None:
     """What a cancelled run's packet says of the compensations its cancel offered (a
     refund), which run only when someone resumes the run: no worker claims an ended run, so
@@ -424,6 +450,16 @@ def waiting_compensations(state: TaskState, run_id: str) -> str | None:
     return (
         f"Its compensations are not run yet: {named}{more}. They run when the run is "
         f"resumed (`loopwright resume {run_id[:12]}`){after}; until then what they undo stands."
+    )
+
+
+def settle_first(run_id: str, key: str) -> str:
+    """How an escalated run's advice begins while its own effect ``key`` is in doubt (the
+    settling replaces it with who settled it: ``_settle.settled_run_packet``)."""
+    return (
+        "A person must check the outside world and settle the effect in doubt first: "
+        f"`loopwright settle {run_id[:12]} {key} --done --result JSON` if it happened, "
+        f"`loopwright settle {run_id[:12]} {key} --not-done` if not; then "
     )
 
 
@@ -487,12 +523,9 @@ def build_packet(
             # The run's own effect in doubt: a rollback's redo of it is refused until a person
             # says what happened (the stop cause says so; the advice skipped it: polish54).
             builtin = (
-                "A person must check the outside world and settle the effect in doubt first: "
-                f"`loopwright settle {run_id[:12]} {settle} --done --result JSON` if it "
-                f"happened, `loopwright settle {run_id[:12]} {settle} --not-done` if not; then "
-                f"reopen the run before that cycle and resume it: `loopwright rollback "
-                f"{run_id[:12]} --to-cycle {state.cycle}`, then `loopwright resume "
-                f"{run_id[:12]}`."
+                settle_first(run_id, settle) + "reopen the run before that cycle and resume "
+                f"it: `loopwright rollback {run_id[:12]} --to-cycle {state.cycle}`, then "
+                f"`loopwright resume {run_id[:12]}`."
             )
     waiting = waiting_compensations(state, run_id) if reason == "cancelled" else None
     if waiting and from_python:  # (as the advice holds it: a resume takes it out again)

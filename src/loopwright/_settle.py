@@ -24,12 +24,13 @@ from ._effect_keys import args_digest
 from ._errors import ConfigError
 from ._host import RuntimeHost
 from ._json import check_given_text, check_value
+from ._packet import run_stop_cause, settle_first
 from ._people import _printable_note
 from ._redact import redact, redact_text
 from ._settle_refund import is_refund, settle_undoing, settled_packet, undone_words
-from .store import JournalEntry, JournalWrite, NewEvent, Store
+from .store import JournalEntry, JournalWrite, NewEvent, RunRecord, Store
 
-__all__ = ["Settling", "settle_hint", "settled_words"]
+__all__ = ["Settling", "settle_hint", "settled_run_packet", "settled_words"]
 
 
 class Settling(RuntimeHost):
@@ -146,6 +147,15 @@ class Settling(RuntimeHost):
                     audit=record,
                 )
                 return written
+            # the escalated run's packet said to settle this one: rewritten in the settling's
+            # transaction, as a refund's is (else `show`, the run page and the API kept
+            # telling the person to do what they had just done)
+            packet = settled_run_packet(self.store, rec, entry, settled, status)
+            if packet is not None:
+                *_, written = self.store.journal_put_all(
+                    rec.run_id, token, [write], packet=redact(packet), audit=record
+                )
+                return written
             in_tx = takes_audit(self.store.journal_put)
             with_record: dict[str, Any] = {"audit": record} if in_tx else {}
             written = self.store.journal_put(
@@ -217,6 +227,48 @@ def settle_hint(store: Store, run_id: str, key: str) -> str:
         f"; once checked, settle it: `loopwright settle {run_id[:12]} {key} --done --result "
         "JSON` (or `--not-done`), then roll the run back and resume it"
     )
+
+
+def settled_run_packet(
+    store: Store, rec: RunRecord, entry: JournalEntry, settled: dict[str, Any], status: str
+) -> dict[str, Any] | None:
+    """The escalated run's packet once its effect in doubt ``entry`` is settled (``settled``:
+    who, done or not; ``status``: the entry's as written), for the settling's transaction: its
+    cause, summary and stop cause no longer say "once checked, settle it", its advice says who
+    settled it and what is left (roll back, resume), its evidence shows the effect settled.
+    Read before the settling's write (``settle_hint`` reads the entry still in doubt).
+    ``None``: the packet asks for no settling of it (the run went on since)."""
+    packet = dict(rec.packet or {})
+    evidence = packet.get("evidence")
+    ikey = entry.key.removeprefix("effect:")
+    if not isinstance(evidence, dict) or evidence.get("settle") != ikey:
+        return None
+    said = "done" if settled["done"] else "not done"
+    what = f"{entry.data.get('name')} ({ikey}) was settled {said} by {settled['by']}"
+    hint = settle_hint(store, rec.run_id, ikey)
+    for field in ("cause", "summary"):
+        text = packet.get(field)
+        if hint and isinstance(text, str):
+            packet[field] = text.replace(
+                hint, f"; {what}: roll the run back to before cycle {entry.cycle} and resume it"
+            )
+    advice = str(packet.get("recommended_action") or "")
+    first = settle_first(rec.run_id, ikey)
+    packet["recommended_action"] = (
+        advice.replace(first, f"{what} (its cycle: {entry.cycle}); now ", 1)
+        if first in advice
+        else f"{what}. {advice}".strip()  # (a packet worded otherwise: it says so first)
+    )
+    evidence = {k: v for k, v in evidence.items() if k != "settle"}
+    if isinstance(evidence.get("effect"), dict):
+        evidence["effect"] = {**evidence["effect"], "status": status, "settled": settled}
+    evidence["settled"] = ikey
+    packet["evidence"] = evidence
+    if packet.get("stop_cause"):  # (derived from the cause, as the engine derived it)
+        packet["stop_cause"] = run_stop_cause(
+            rec, {k: v for k, v in packet.items() if k != "stop_cause"}
+        )
+    return packet
 
 
 def settled_words(store: Store, entry: JournalEntry, run_id: str, by: str) -> str:

@@ -466,7 +466,7 @@ def run_detail_parts(
     from rich.panel import Panel
 
     from .._contract import contract_from_snapshot
-    from .._packet import explain, run_stop_cause
+    from .._packet import explain, run_next_action, run_stop_cause
 
     contract = contract_from_snapshot(rec.contract)
     head = Table.grid(padding=(0, 2))
@@ -521,8 +521,9 @@ def run_detail_parts(
             if isinstance(v, dict) and (n := self_reported_note(v))
         ]
         head.add_row("held-out", held + (f" [yellow]({'; '.join(notes)})[/]" if notes else ""))
-    if state.next_action:
-        head.add_row("next action", escape(_cut(state.next_action)))
+    nxt = run_next_action(rec, state.next_action)  # (an ended run's: its packet's, settled)
+    if nxt:
+        head.add_row("next action", escape(_cut(nxt)))
     yield Panel(head, title="Run", title_align="left")
     plan = _plan(state)
     if plan is not None:

@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from .._audit import audit
 from .._errors import LoopwrightError, RunNotFoundError
 from .._metrics import compute_metrics
+from .._packet import run_next_action
 from .._reuse_now import as_now
 from .._state import TaskState
 from ..store import RunRecord
@@ -142,7 +143,7 @@ def register_api(app: FastAPI, ctx: WebContext) -> None:
         run["stop_cause"] = stop_cause_of(rec)
         head = {
             "run": run,
-            "next_action": state.next_action,
+            "next_action": run_next_action(rec, state.next_action),
             "next_action_here": next_action_here(rec, state, approvals),
         }
         return StreamingResponse(
