@@ -24,10 +24,11 @@ from ._effect_keys import args_digest
 from ._errors import ConfigError
 from ._host import RuntimeHost
 from ._json import check_given_text, check_value
-from ._packet import run_stop_cause, settle_first
+from ._packet import settle_first
 from ._people import _printable_note
 from ._redact import redact, redact_text
 from ._settle_refund import is_refund, settle_undoing, settled_packet, undone_words
+from ._stored_run_words import run_stop_cause
 from .store import JournalEntry, JournalWrite, NewEvent, RunRecord, Store
 
 __all__ = ["Settling", "settle_hint", "settled_run_packet", "settled_words"]

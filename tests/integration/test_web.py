@@ -618,7 +618,7 @@ def test_a_stored_stop_cause_is_derived_alike_for_older_runs(
     ended: tuple[str, dict[str, str]],
 ) -> None:
     """Runs stored before the field existed (no packet["stop_cause"]) read the same sentence."""
-    from loopwright._packet import run_stop_cause
+    from loopwright._stored_run_words import run_stop_cause
     from loopwright.store import open_store
 
     store, ids = ended

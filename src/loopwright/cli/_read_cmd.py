@@ -73,7 +73,7 @@ def runs(
     for line in unknown:
         typer.echo(line, err=True)
     if as_json:
-        from .._packet import run_stop_cause
+        from .._stored_run_words import run_stop_cause
 
         _print_json([{**r.to_dict(), "stop_cause": run_stop_cause(r)} for r in records])
         if total > len(records):

@@ -466,7 +466,8 @@ def run_detail_parts(
     from rich.panel import Panel
 
     from .._contract import contract_from_snapshot
-    from .._packet import explain, run_next_action, run_stop_cause
+    from .._packet import explain
+    from .._stored_run_words import run_next_action, run_stop_cause
 
     contract = contract_from_snapshot(rec.contract)
     head = Table.grid(padding=(0, 2))

@@ -279,7 +279,7 @@ def print_runs(
     """The runs, one per line; ``total``: how many matched (more when only the newest show);
     ``now``: the store's clock, which judges a lease (default: this host's). When a run was
     created is its writer's clock, as ``created_at`` is, told on this host's (review48a)."""
-    from .._packet import run_stop_cause
+    from .._stored_run_words import run_stop_cause
 
     here = time.time()
     now = here if now is None else now

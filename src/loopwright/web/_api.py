@@ -16,9 +16,9 @@ from starlette.concurrency import run_in_threadpool
 from .._audit import audit
 from .._errors import LoopwrightError, RunNotFoundError
 from .._metrics import compute_metrics
-from .._packet import run_next_action
 from .._reuse_now import as_now
 from .._state import TaskState
+from .._stored_run_words import run_next_action
 from ..store import RunRecord
 from ._context import WebContext
 from ._guard import JSON_TYPE

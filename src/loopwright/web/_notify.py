@@ -33,9 +33,9 @@ from urllib.parse import quote, urlsplit
 from .._contract import TERMINAL_STATUSES
 from .._errors import ConfigError, LoopwrightError
 from .._money_text import usd
-from .._packet import run_stop_cause
 from .._redact import redact, register_secret
 from .._redact_logs import masked_logger
+from .._stored_run_words import run_stop_cause
 from .._userinfo import without_userinfo
 from ..store import Approval, NewEvent, RunRecord, Store
 from ..store._live import NOTIFIED

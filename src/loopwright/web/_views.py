@@ -20,8 +20,9 @@ from markupsafe import Markup, escape
 
 from .._contract import contract_from_snapshot
 from .._decide import at_default_ceiling
-from .._packet import explain, run_stop_cause
+from .._packet import explain
 from .._state import Part, TaskState, Version
+from .._stored_run_words import run_stop_cause
 from ..store import Approval, Event, JournalEntry, RunRecord
 from ..store._records import PAUSE
 from ._chart import CHART_DOTS, ChartPoint, chart_point, chart_points, chart_svg, per_pixel

@@ -1,0 +1,91 @@
+"""A stored run's words, read back: why it stopped (the packet's own cause, or derived from
+the record for runs stored before the field) and what a person does next (an ended run's
+packet advice, which a settle rewrites, else its last checkpoint's). Used by every reader:
+``show``, ``runs``, the dashboard, the API and notifications."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from ._contract import TERMINAL_STATUSES, contract_from_snapshot
+from ._decide import at_default_ceiling
+from ._packet import _clip, stop_cause
+
+__all__ = ["run_next_action", "run_stop_cause"]
+
+
+class _RunLike(Protocol):
+    @property
+    def stop_reason(self) -> str | None: ...
+    @property
+    def cycle(self) -> int: ...
+    @property
+    def best_score(self) -> float | None: ...
+    @property
+    def cost_usd(self) -> float: ...
+    @property
+    def tokens(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def contract(self) -> dict[str, Any]: ...
+    @property
+    def packet(self) -> dict[str, Any] | None: ...
+    @property
+    def held_out_passed(self) -> bool | None: ...
+
+
+def run_stop_cause(rec: _RunLike, packet: Mapping[str, Any] | None = None) -> str:
+    """The stop cause of a stored run: the packet's own when it carries one, else derived from
+    the record and packet (runs stored before the field existed). ``""`` for a run not ended."""
+    p = rec.packet if packet is None else packet
+    p = p or {}
+    if p.get("stop_cause"):
+        return str(p["stop_cause"])
+    if not rec.stop_reason:
+        return ""
+    best = p.get("best_candidate") or {}
+    try:
+        contract = contract_from_snapshot(rec.contract)
+    except Exception:  # an older contract shape must not hide why the run stopped
+        return _clip(f"{rec.stop_reason}: {p.get('cause') or p.get('summary') or ''}".rstrip(": "))
+    cycle = int(p.get("cycles", rec.cycle) or 0)
+    # A per-task cap (budget.max_cycles_key) is the cycle count the run stopped at.
+    own_cap = rec.stop_reason == "budget_cycles" and contract.budget.max_cycles_key is not None
+    return stop_cause(
+        rec.stop_reason,
+        contract,
+        cycle=cycle,
+        max_cycles=cycle if own_cap else None,
+        # (a row without its task, a list's: the contract alone tells, not a per-task cap)
+        at_default=at_default_ceiling(contract, task)
+        if (task := getattr(rec, "task", None))
+        else None,
+        best_score=rec.best_score,
+        best_cycle=best.get("cycle"),
+        spent=p.get("spent")
+        or {"cost_usd": rec.cost_usd, "tokens": rec.tokens, "seconds": rec.seconds},
+        cause=p.get("cause"),
+        error=p.get("error"),
+        evidence=p.get("evidence"),
+        held_out_passed=rec.held_out_passed,
+    )
+
+
+class _EndedLike(Protocol):
+    @property
+    def status(self) -> str: ...
+    @property
+    def packet(self) -> dict[str, Any] | None: ...
+
+
+def run_next_action(rec: _EndedLike, next_action: str) -> str:
+    """What a person does next with a stored run: an ended run's packet advice when it holds
+    one, else its last checkpoint's ``next_action``. A settling rewrites the ended run's
+    packet (who settled what, what is left), not its checkpoints: `show` and the API read the
+    checkpoint's copy, and kept saying to settle what was settled (settle54c)."""
+    advice = (rec.packet or {}).get("recommended_action")
+    if rec.status in TERMINAL_STATUSES and isinstance(advice, str) and advice:
+        return advice
+    return next_action
