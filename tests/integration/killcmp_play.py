@@ -147,7 +147,7 @@ def person(work: Path, url: str, step: str) -> None:
 def play(url: str, work: Path, kills: list[list[Point]], k: int, spec: bool = False) -> int:
     """Play ``STEPS``; engine step ``i`` is SIGKILLed at each point of ``kills[i]`` in turn,
     then resumed (``Runtime.resume``) until it returns. Returns how many kills landed. With
-    ``spec``, the loop is ``kc.toml`` (no reflector), every engine step is ``loopwright run`` or
+    ``spec``, the loop is ``kc.toml`` (the same loop as a spec), every engine step is ``loopwright run`` or
     ``loopwright resume`` (the CLI's snapshot interval, the default) and a kill point is one of
     the loop's own functions (``SELF_KILLS``)."""
     landed = 0

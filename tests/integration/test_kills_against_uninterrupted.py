@@ -127,7 +127,7 @@ _SPEC_REF: list[dict[str, Any]] = []
 def test_the_cli_killed_by_the_loops_own_code_resumes_to_the_uninterrupted_outcome(
     root: Path, seed: int
 ) -> None:
-    """The same loop as a spec (``kc.toml``, no reflector: a spec has none), every engine step
+    """The same loop as a spec (``kc.toml``, its reflector included), every engine step
     ``loopwright run`` / ``loopwright resume``, killed inside the actor, a check or an effect
     (after its outside call, before it returns)."""
     if not _SPEC_REF:
@@ -136,6 +136,7 @@ def test_the_cli_killed_by_the_loops_own_code_resumes_to_the_uninterrupted_outco
         _SPEC_REF.append(kp.observe(_sqlite(work), work))
     ref = _SPEC_REF[0]
     assert (ref["show"]["run"]["status"], len(ref["calls"])) == ("accepted", 5)
+    assert "reflected" in [e["kind"] for e in ref["show"]["events"]]  # the spec's [reflector]
     kills = kp.seeded_kills(500 + seed, per_step=3, spec=True)
     work = Path(tempfile.mkdtemp(prefix=f"spec-{seed}-", dir=root))
     kp.play(_sqlite(work), work, kills, 50, spec=True)
