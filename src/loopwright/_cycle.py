@@ -433,8 +433,11 @@ class Cycle(ActorContext):
             ex.events.append(
                 NewEvent(n, "effects_held", {"effects": held_back, "why": "cycle not accepted"})
             )
-        if calls and self._effect_needs(ex, n, proposal, calls, given, needs, t0):
+        reused: list[dict[str, Any]] = []  # done by this run already: reused, not asked
+        if calls and self._effect_needs(ex, n, proposal, calls, given, needs, t0, reused):
             return True
+        if reused:  # carried as approved reuses (a park keeps them with the cycle)
+            approved = [*approved, *reused]
         # An approval covers the one cycle it was given for (it resumes that cycle directly);
         # the same action proposed again later is asked about again, never waved through.
         try:

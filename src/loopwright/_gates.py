@@ -171,10 +171,14 @@ class Gates(RuntimeHost):
         given: set[tuple[str, ...]],
         needs: list[dict[str, Any]],
         t0: float,
+        reused: list[dict[str, Any]],
     ) -> bool:
         """Each of the effects to run put to the approval policy: a denied one ends the run
         (``True``); one a person must approve is added to ``needs``, unless approved already
-        (``given``) or by the loop's own record (``_earned``)."""
+        (``given``) or by the loop's own record (``_earned``). One this run did already under
+        its key with the same arguments (a rollback's redo) is added to ``reused`` instead:
+        nothing runs, so no person is asked; it runs only as that reuse, as one a person
+        approved as a reuse does (``approved_as_reuses``: undone by then, it is asked again)."""
         loop = ex.loop
         for c in calls:
             eff = _effect(loop, c)
@@ -208,6 +212,23 @@ class Gates(RuntimeHost):
                     need["done_already"] = True
                     # what a listing checks the claim by, to say it was undone since
                     need["reuse"] = reuse
+                if reuse is not None and reuse["run"] == ex.run_id and reuse["same_args"]:
+                    # an approval is bound to the action, and this one pays nothing: asking
+                    # would only hold the run (a person's earlier approval, or the policy
+                    # then, let this run do it)
+                    why = (
+                        f"{eff.describe(c.args)} was done already by this run under its key with "
+                        "the same arguments: its result is reused, nothing runs"
+                    )
+                    ex.events.append(
+                        NewEvent(
+                            n,
+                            "approval_not_needed",
+                            {"effect": eff.name, "rule": d.rule, "why": why},
+                        )
+                    )
+                    reused.append(need)
+                    continue
                 if given and _approved(need, given):
                     if not reuse_gone(need, given):
                         continue  # a person approved it already (judged again after an edit)
@@ -319,7 +340,8 @@ def done_before(
     by = "this run" if claim.run_id == run_id else f"run {claim.run_id[:12]}"
     from ._effect_run import _jsonable  # (a done claim: the effects' runner, not at import)
 
-    if claim.args_hash is not None and claim.args_hash != args_digest(_jsonable(dict(c.args))):
+    same = claim.args_hash is None or claim.args_hash == args_digest(_jsonable(dict(c.args)))
+    if not same:
         # approved, it is neither reused nor run: in doubt, for a person (``held``)
         said = (
             f" (already done by {by} under its key with other arguments: approved, it is "
@@ -327,7 +349,13 @@ def done_before(
         )
     else:
         said = f" (already done by {by} under its key: approved, its result is reused)"
-    return said, {"kind": eff.kind, "key": key, "run": claim.run_id, "said": said}
+    return said, {
+        "kind": eff.kind,
+        "key": key,
+        "run": claim.run_id,
+        "said": said,
+        "same_args": same,
+    }
 
 
 # Why a request is made again for an action approved as done already, undone since

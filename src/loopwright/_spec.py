@@ -69,6 +69,7 @@ from ._policy import ApprovalPolicy
 from ._redact import register_secret_field, resets
 from ._retry import RetryPolicy
 from ._spec_children import note_folder, note_module
+from ._spec_reflector import reflector_of
 from .store import RunRecord
 
 __all__ = ["load_spec", "loop_of_run", "register_run_secrets", "resolve_ref"]
@@ -88,6 +89,7 @@ _TOP = {
     "approvals",
     "authority",
     "model",
+    "reflector",
 }
 _MODEL = {"limits"}
 _MODEL_LIMITS = {"max_concurrency", "tokens_per_minute"}
@@ -444,9 +446,7 @@ def load_spec(path: str | os.PathLike[str]) -> Loop:
         raise
     except ConfigError as exc:
         raise _as_spec_error(exc) from None
-    init = None
-    if "init" in data:
-        init = _build(data["init"], None, base, "init")
+    init = _build(data["init"], None, base, "init") if "init" in data else None
     effects = _effects(data.get("effects", []), base)
     if "model" in data:
         _model_limits(data["model"], [actor, *(c.fn for c in checks)])
@@ -470,6 +470,7 @@ def load_spec(path: str | os.PathLike[str]) -> Loop:
             effects=effects,
             approvals=approvals,
             retry=retry,
+            **reflector_of(data, base),
         )
     except SpecError:
         raise

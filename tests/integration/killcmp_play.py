@@ -38,8 +38,9 @@ Point = tuple[str, int]
 
 # The scenario: a person's correction in memory, the run (it parks on the payment), a second
 # process approves, the resume ends it accepted; a person's edit, judged on resume; a rollback
-# to cycle 3, and the resume that redoes cycles 4.. (reusing the effects done by key), parks on
-# the payment again (done already: its result is reused once approved), approved, resumed.
+# to cycle 3, and the resume that redoes cycles 4.. (reusing the effects done by key) and ends:
+# the payment is done already by this run with the same arguments, so its redo pays nothing and
+# asks no one (it parked for an approval that could change nothing before).
 STEPS: tuple[str, ...] = (
     "memory",
     "run",
@@ -48,8 +49,6 @@ STEPS: tuple[str, ...] = (
     "edit",
     "resume",
     "rollback",
-    "resume",
-    "approve",
     "resume",
 )
 ENGINE = ("run", "resume")
@@ -148,7 +147,7 @@ def person(work: Path, url: str, step: str) -> None:
 def play(url: str, work: Path, kills: list[list[Point]], k: int, spec: bool = False) -> int:
     """Play ``STEPS``; engine step ``i`` is SIGKILLed at each point of ``kills[i]`` in turn,
     then resumed (``Runtime.resume``) until it returns. Returns how many kills landed. With
-    ``spec``, the loop is ``kc.toml`` (no reflector), every engine step is ``loopwright run`` or
+    ``spec``, the loop is ``kc.toml`` (the same loop as a spec), every engine step is ``loopwright run`` or
     ``loopwright resume`` (the CLI's snapshot interval, the default) and a kill point is one of
     the loop's own functions (``SELF_KILLS``)."""
     landed = 0

@@ -11,16 +11,27 @@ import loopwright as lw
 
 
 def _loop(
-    paid: list[str], invoice: str = "I6", amount: float = 10.0, memo: str | None = None
+    paid: list[str],
+    invoice: str = "I6",
+    amount: float = 10.0,
+    memo: str | None = None,
+    *,
+    refundable: bool = True,
 ) -> lw.Loop:
     """A loop paying ``invoice`` for ``amount`` (with ``memo`` when given) under the business
     key ``pay:<invoice>``; each payment made is appended to ``paid`` (one list a test: none
-    shared between tests), each refund as ``-<invoice>``."""
+    shared between tests), each refund as ``-<invoice>`` (``refundable=False``: no refund, so
+    a rollback leaves the payment done)."""
 
     def refund(key: str, result: Any, args: dict[str, Any]) -> None:
         paid.append("-" + args["invoice"])
 
-    @lw.effect("spend", name="pay", key=lambda a: f"pay:{a['invoice']}", compensate=refund)
+    @lw.effect(
+        "spend",
+        name="pay",
+        key=lambda a: f"pay:{a['invoice']}",
+        compensate=refund if refundable else None,
+    )
     def pay(invoice: str, amount: float, memo: str = "") -> dict[str, Any]:
         paid.append(invoice)
         return {"paid": invoice}

@@ -188,6 +188,15 @@ def review(loop: Loop) -> list[dict[str, str]]:
             "could forge them; set judged_only = true to fail them instead",
         )
 
+    if loop.reflector is not None:
+        fn = loop.reflector
+        add(
+            "What does it note after a failed cycle?",
+            True,
+            f"a reflection by {getattr(fn, '__qualname__', type(fn).__name__)} for the task's "
+            f"next attempts (the newest {loop.reflections_kept} stay active; docs/memory.md)",
+        )
+
     owner = c.escalation.owner
     add(
         "Who owns the unresolved exception?",
