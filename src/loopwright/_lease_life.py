@@ -119,12 +119,18 @@ class LeaseLife(RuntimeHost):
         if not self._unsaid:
             return
         self._saying = said = here.create_future()
+        words, self._unsaid = self._unsaid, []
+        i = 0
         try:
-            words, self._unsaid = self._unsaid, []
             for i, word in enumerate(words):
                 if not await written(self.store, _said_alive, self.store, *word):
                     self._unsaid = [*words[i:], *self._unsaid][-_UNSAID_KEPT:]
                     return
+        except BaseException:
+            # Cancelled on the way (Ctrl-C, a worker's shutdown): the words after the one in
+            # flight (its store thread writes it) are kept, not dropped (review54c)
+            self._unsaid = [*words[i + 1 :], *self._unsaid][-_UNSAID_KEPT:]
+            raise
         finally:
             self._saying = None
             said.set_result(None)
