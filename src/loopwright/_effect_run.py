@@ -16,6 +16,7 @@ from typing import Any
 
 from ._backoff import backoff, held_for, left_of, since
 from ._calls import CallTimeout, call_user
+from ._contract import DEFAULT_MAX_CRASHES
 from ._effect_holders import holder, running_here, tracked
 from ._effect_keys import (
     NOT_REUSED,
@@ -373,6 +374,7 @@ async def perform_effect(
 
     first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()
     not_done = False
+    uncharged = 0  # kills of this effect's attempts left uncharged (below)
     # Another run's result, reused by an earlier cycle of this one or inherited by this fork
     # from its origin: the claim is asked again at the intent below, since that run may have
     # undone it since (a refund frees the key). Reused again while it stands; done here once
@@ -508,14 +510,18 @@ async def perform_effect(
                 settled = await by_reconcile("is in doubt", None)
                 if settled is not None:
                     return settled
-            if not_done:
+            uncharged = int(entry.data.get("uncharged") or 0)
+            if not_done and uncharged < _crash_allowance(ex):
                 # The reconcile hook says the attempt the intent journaled never acted: cut off
-                # before its call, it is no attempt of the retry bound's (a process dying there
-                # every time is ``max_crashes``'s). Counted, one kill of an effect with
-                # ``attempts=1`` ended a run an uninterrupted one accepted (killcmp54). An
-                # attempt that may have acted (idempotent, no hook) still counts: the bound
-                # holds the calls the outside world may have seen.
+                # before its call, it is no attempt of the retry bound's. Counted, one kill of
+                # an effect with ``attempts=1`` ended a run an uninterrupted one accepted
+                # (killcmp54). An attempt that may have acted (idempotent, no hook) still
+                # counts: the bound holds the calls the outside world may have seen. As many
+                # as ``max_crashes`` allows, no more: the crash bound is not judged on a resume
+                # that finishes a cycle's effects, and a process dying there every time (a
+                # native crash in the effect's client) was resumed for ever (review54c).
                 attempts = max(0, attempts - 1)
+                uncharged += 1  # (its intent's, the next: ``intent`` below)
         elif entry.status == "waiting":
             wait = left_of(float(entry.data.get("next_at", 0.0)), entry.updated_at)
             if wait > 0:
@@ -548,6 +554,8 @@ async def perform_effect(
             limit = await call_limit()
             deadline_at = None if limit is None else wall + limit
             intent = {"first_at": first_at, "deadline_at": deadline_at, "holder": ex.owner}
+            if uncharged:
+                intent["uncharged"] = uncharged  # (the kills not charged so far)
             if limit is not None:
                 intent |= {"limit_s": limit, "clock_at": clock_at}
             try:
@@ -671,6 +679,12 @@ async def perform_effect(
         await put("done", data, None, "effect_done")
         ex.at("after_effect_result")
         return out("done", result=value, attempts=attempts, usage=usage)
+
+
+def _crash_allowance(ex: Execution) -> int:
+    """The kills of one effect's attempts left uncharged (``Budget.max_crashes``)."""
+    bound = ex.contract.budget.max_crashes
+    return DEFAULT_MAX_CRASHES if bound is None else bound
 
 
 def _what_failed(exc: BaseException, eff: Effect) -> str:

@@ -190,6 +190,7 @@ class Runtime(
         # Words of executions that stopped alive the store refused (down as they stopped):
         # said again before this runtime's next resume counts crashes (``_say_unsaid``)
         self._unsaid: list[tuple[str, int, int, str]] = []
+        self._saying: asyncio.Future[None] | None = None  # (one resume says them at a time)
         self.group_commit = group_commit
         self.memory_enabled = memory
         self._memory: FeedbackMemory | None = None
@@ -356,7 +357,7 @@ class Runtime(
         a lease this runtime's owner already holds (``Store.claim_runs``)."""
         held: list[tuple[str, int]] = [] if token is None else [(run_id, token)]
         try:
-            if self._unsaid:
+            if self._unsaid or self._saying is not None:
                 await self._say_unsaid()
             ready = await self._ready(run_id, loop, token, held)
         except BaseException:

@@ -55,6 +55,7 @@ class RuntimeHost:
     _active: int
     _driving: Counter[str]  # the runs this runtime is executing now (``Runtime.resume``)
     _unsaid: list[tuple[str, int, int, str]]  # words of stops alive the store refused
+    _saying: asyncio.Future[None] | None  # a resume saying them now (``_say_unsaid``)
     _memory: FeedbackMemory | None
     _group: GroupCommitter | None
     _recall_group: GroupRecall | None

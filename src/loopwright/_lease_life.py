@@ -109,11 +109,31 @@ class LeaseLife(RuntimeHost):
         until it refuses one again: matched by lease wherever they lie, they are read by the
         count of the resume about to start (a worker's next claim after an outage, a caller
         that resumes once the store answers), not counted as crashes there (crash54)."""
+        # Said by one resume at a time: the others of this event loop wait for it. On a store
+        # whose writes go to threads (PostgreSQL), a second resume went on while the first
+        # said them, found none left, and counted its own run's stop, its word still on its
+        # way, as a crash (``max_crashes = 0``: escalated; review54c).
+        here = asyncio.get_running_loop()
+        while (saying := self._saying) is not None and saying.get_loop() is here:
+            await asyncio.shield(saying)
+        if not self._unsaid:
+            return
+        self._saying = said = here.create_future()
         words, self._unsaid = self._unsaid, []
-        for i, word in enumerate(words):
-            if not await written(self.store, _said_alive, self.store, *word):
-                self._unsaid = [*words[i:], *self._unsaid][-_UNSAID_KEPT:]
-                return
+        i = 0
+        try:
+            for i, word in enumerate(words):
+                if not await written(self.store, _said_alive, self.store, *word):
+                    self._unsaid = [*words[i:], *self._unsaid][-_UNSAID_KEPT:]
+                    return
+        except BaseException:
+            # Cancelled on the way (Ctrl-C, a worker's shutdown): the words after the one in
+            # flight (its store thread writes it) are kept, not dropped (review54c)
+            self._unsaid = [*words[i + 1 :], *self._unsaid][-_UNSAID_KEPT:]
+            raise
+        finally:
+            self._saying = None
+            said.set_result(None)
 
     def _ended_here(self, ex: _Exec, started: RunRecord) -> bool:
         """Whether a commit of ``ex`` (its answer lost: the connection dropped after the server

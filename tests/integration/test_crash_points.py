@@ -717,3 +717,18 @@ def test_an_effect_a_reconcile_hook_says_never_happened_is_not_charged_its_kills
     entry = got.journal["effect:ledger:p0"]
     assert (entry.status, entry.attempts) == ("done", 1)
     assert (crashed.result["status"], crashed.result["stop_reason"]) == ("accepted", "success")
+
+
+def test_an_effect_killed_at_its_call_every_time_is_bounded_all_the_same(tmp_path: Path) -> None:
+    # review54c: killcmp54 left a kill whose intent the hook says never acted uncharged, "a
+    # process dying there every time is ``max_crashes``'s"; but the crash bound is not judged
+    # on a resume that finishes a cycle's effects, and eight kills there (past the default
+    # bound of 5 and the effect's 3 attempts) were resumed for ever, the ninth process calling
+    # it. Now max_crashes' kills go uncharged, and the retry bound counts the ones after: the
+    # eighth spends the effect's third attempt, and the run escalates, the effect never called.
+    crashed = _crash_and_resume(tmp_path, [("after_effect_intent", 1)] * 8)
+    got = _snapshot(tmp_path)
+    assert got.effects_log.count("ledger:p0") == 0
+    entry = got.journal["effect:ledger:p0"]
+    assert (entry.status, entry.attempts) == ("failed", 3), entry
+    assert (crashed.result["status"], crashed.result["stop_reason"]) == ("escalated", "escalated")

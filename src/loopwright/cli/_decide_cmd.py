@@ -33,7 +33,7 @@ from ._stores import existing_store, open_existing
 
 if TYPE_CHECKING:
     from .._engine import RunResult
-    from ..store import Approval, RunRecord
+    from ..store import Approval, RunRecord, Store
 
 
 @app.command()
@@ -147,7 +147,7 @@ def _decide_hint(
         if a.kind == PAUSE:  # lifted or the run cancelled: denying a pause is refused
             how = f"loopwright unpause {run}{me} (or end the run: loopwright cancel {run}{me})"
         elif a.kind == "question":
-            how = f"loopwright answer {run} TEXT {me}"
+            how = f"loopwright answer {run} ANSWER{me}"
         else:
             how = f"loopwright approve {run}{me} [--note TEXT] (or deny)"
         if only is not None and not only.spec_ref:
@@ -159,7 +159,7 @@ def _decide_hint(
     if any(a.kind == PAUSE for a in reqs):
         forms.append(f"a pause: loopwright unpause RUN{me}{at} (or loopwright cancel RUN)")
     if any(a.kind == "question" for a in reqs):
-        forms.append(f"loopwright answer RUN TEXT --request ID{me}{at}")
+        forms.append(f"loopwright answer RUN ANSWER --request ID{me}{at}")
     return (
         f"decide each of the {total} requests with: "
         + "; ".join(forms)
@@ -214,6 +214,27 @@ def answer(
     _decide(run_id, "answer", by, note, resume_now, store, request, text, token=token)
 
 
+# What the hints printed in an answer's place (``TEXT`` before review54c, ``ANSWER`` now, the
+# command's metavar): typed as printed, the question was answered with the word and the run
+# went on with it, as ``--by NAME`` recorded decisions by "NAME" (``by_name``).
+_ANSWER_PLACEHOLDERS = frozenset({"ANSWER", "TEXT"})
+
+
+def _not_a_placeholder(store: Store, run_id: str, request: str | None, text: str | None) -> None:
+    """Refuse an answer that is only a hint's placeholder, unless a pending question of the
+    run offers it as a choice (one whose choices are ``TEXT`` and ``IMAGE``)."""
+    if text is None or text.strip() not in _ANSWER_PLACEHOLDERS:
+        return
+    for a in store.approvals(run_id=run_id, status="pending"):
+        question = (a.evidence or {}).get("question") or {}
+        if request in (None, a.approval_id) and text.strip() in (question.get("choices") or ()):
+            return
+    raise ConfigError(
+        f"{text.strip()} is the hint's placeholder: type your answer in its place",
+        field="ANSWER",
+    )
+
+
 def _decide(
     run_id: str,
     how: str,
@@ -234,6 +255,8 @@ def _decide(
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
         who = acting_as(rt.store, by, token, action=how, target=f"run {rec.run_id}")
+        if how == "answer":
+            _not_a_placeholder(rt.store, rec.run_id, request, text)
         register_run_secrets(rec)  # the loop's keys masked in the note and the answer
         # --resume of a run no spec file here loads: refused before the decision is made
         # (it was made, then the resume refused: an error for a decision that happened)

@@ -1,0 +1,97 @@
+"""review54c: the words a runtime keeps for stops alive its store refused (crash54) are said
+by the first resume after the outage; on PostgreSQL from store threads, so that another resume
+of the same runtime (a worker claiming many runs after the outage) went on meanwhile, found
+the list empty, and counted its own run's stop, its word still on its way, as a crash: with
+``max_crashes = 0`` ended escalated, "crashed 1 time", though no process died. It now waits
+for the words being said. The write of the first run's word is held at a fixed point until
+the second resume has ended or waits: either way the outcome is the same."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from test_crash_bound_alive import TASK
+from test_crash_bound_edges import _outage, _plain
+
+import loopwright as lw
+
+pytestmark = pytest.mark.postgres
+
+
+def test_a_resume_beside_the_one_saying_the_words_waits_for_its_runs(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop = _plain(max_crashes=0)
+    with lw.Runtime(pg_url) as rt:
+        assert rt.store.concurrent_writers  # (the words said from store threads)
+        down = _outage(rt, monkeypatch)
+        ids = []
+        for key in ("first", "second"):
+            with pytest.raises(lw.StoreUnavailableError, match="injected"):
+                rt.run_sync(loop, TASK, task_key=key)
+            ids.append(rt.store.get_run(key).run_id)
+        assert [w[0] for w in rt._unsaid] == ids
+        down[0] = False
+        entered, release = threading.Event(), threading.Event()
+        append = rt.store.append_events
+
+        def held(run_id: str, events: Any) -> None:
+            if run_id == ids[0] and any(e.kind == "interrupted" for e in events):
+                entered.set()
+                release.wait(60)  # (let go by the test below; the bound: never a hang)
+            append(run_id, events)
+
+        monkeypatch.setattr(rt.store, "append_events", held)
+
+        async def both() -> list[lw.RunResult]:
+            first = asyncio.ensure_future(rt.resume(ids[0], loop))
+            assert await asyncio.to_thread(entered.wait, 60)
+            second = asyncio.ensure_future(rt.resume(ids[1], loop))
+            await asyncio.wait([second], timeout=2.0)
+            release.set()
+            return list(await asyncio.gather(first, second))
+
+        got = asyncio.run(both())
+        assert [(r.status, r.cycles) for r in got] == [("accepted", 3)] * 2, [r.packet for r in got]
+
+
+def test_a_resume_cancelled_while_it_says_them_keeps_the_words_not_reached(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A resume cancelled (Ctrl-C, a worker's shutdown) while it said the first run's word
+    # dropped the words after it: the second run's next resume counted its stop as a crash.
+    loop = _plain(max_crashes=0)
+    with lw.Runtime(pg_url) as rt:
+        down = _outage(rt, monkeypatch)
+        ids = []
+        for key in ("first", "second"):
+            with pytest.raises(lw.StoreUnavailableError, match="injected"):
+                rt.run_sync(loop, TASK, task_key=key)
+            ids.append(rt.store.get_run(key).run_id)
+        down[0] = False
+        entered, release = threading.Event(), threading.Event()
+        append = rt.store.append_events
+
+        def held(run_id: str, events: Any) -> None:
+            if run_id == ids[0] and any(e.kind == "interrupted" for e in events):
+                entered.set()
+                release.wait(60)
+            append(run_id, events)
+
+        monkeypatch.setattr(rt.store, "append_events", held)
+
+        async def cancelled() -> None:
+            first = asyncio.ensure_future(rt.resume(ids[0], loop))
+            assert await asyncio.to_thread(entered.wait, 60)
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            release.set()
+
+        asyncio.run(cancelled())
+        assert [w[0] for w in rt._unsaid] == [ids[1]]
+        r = rt.resume_sync(ids[1], loop)
+        assert (r.status, r.cycles) == ("accepted", 3), r.packet
