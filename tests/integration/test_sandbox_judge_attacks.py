@@ -185,3 +185,54 @@ def test_under_unshare_too(attack: str, monkeypatch: pytest.MonkeyPatch) -> None
         # passes, judged.
         assert r.status == "completed" and r.tests[0].actual == "0", r.to_dict()
         assert r.tests[1].passed and not r.tests[1].self_reported
+
+
+@pytest.mark.parametrize(
+    ("preamble", "forger", "test"),
+    [
+        # a reference name of the preamble's, rebound by the candidate
+        ("from math import sqrt", "sqrt = lambda x: 0\n", "assert f(2) == sqrt(2)"),
+        # one the candidate imports itself, then rebinds
+        (
+            "",
+            "from fractions import Fraction\nFraction = lambda a, b: 0\n",
+            "assert f(1, 3) == Fraction(1, 3)",
+        ),
+        # one it binds where no parser sees it
+        ("", "globals()['g'] = lambda: 0\n", "assert f(2) == g()"),
+        ("", "import builtins\nbuiltins.hash = lambda x: 0\n", "assert hash('a') == 0"),
+        # a script's reference call, and a constant's method the worker never had
+        ("", "ref = lambda x: 0\n", "def check(c):\n    assert c(2) == ref(2)\n\ncheck(f)"),
+    ],
+)
+def test_only_the_function_under_test_is_the_candidates(
+    preamble: str, forger: str, test: str
+) -> None:
+    # the worker evaluated every call with literal arguments as the candidate's: a reference
+    # call's value, the expected one, was the candidate's to choose, and the forger passed,
+    # judged. Now such a test is not judged (judged_only fails it; else it is self-reported).
+    code = forger + "def f(*a):\n    return 0\n"
+    (t,) = run_tests(code, [test], preamble=preamble, judged_only=True).tests
+    assert not t.passed and t.error.startswith("not judged"), t.to_dict()
+    (t,) = run_tests(code, [test], preamble=preamble).tests
+    assert t.self_reported, t.to_dict()
+
+
+def test_the_function_under_test_is_still_judged() -> None:
+    code = "from fractions import Fraction\ndef f(a, b):\n    return [a, b]\n"
+    tests = [
+        "assert f(1, 3) == [1, 3]",
+        "assert f(1, 2) != f(2, 1)",
+        "x = [1, 3]\ndef check(c):\n    assert c(1, 3) == x\n    assert x.count(3) == 1\n\ncheck(f)",
+        "assert f(1, 2) == [2, 1]",
+    ]
+    r = run_tests(code, tests, preamble="from math import sqrt", judged_only=True)
+    assert [(t.passed, t.self_reported) for t in r.tests] == [
+        (True, False),
+        (True, False),
+        (True, False),
+        (False, False),
+    ], r.to_dict()
+    # a candidate that does not parse runs nothing: judged failed as before
+    (t,) = run_tests("def f(:\n", ["assert f(1) == 1"], judged_only=True).tests
+    assert not t.passed and not t.self_reported and t.error.startswith("SyntaxError"), t.to_dict()

@@ -117,8 +117,8 @@ per_wall = job["test_wall_s"]
 signal.signal(signal.SIGALRM, alarm)
 signal.signal(signal.SIGPROF, alarm)
 # --- which tests the judge decides: assert EXPR [, MSG] over the candidate's calls -------
-# A call of a name the judge does not know, with literal arguments (or such calls), is the
-# candidate's: the worker evaluates it and answers its value. The rest of the test (the
+# A call of the function under test (one_function), with literal arguments (or such calls), is
+# the candidate's: the worker evaluates it and answers its value. The rest of the test (the
 # expected values) stays here and is evaluated over those values, plain data only.
 SAFE = {n: getattr(builtins, n) for n in (
     "abs", "all", "any", "bool", "bytes", "chr", "complex", "dict", "divmod", "enumerate",
@@ -158,17 +158,23 @@ def is_call(node):
     # Literal arguments only: a call given another call's value (`isclose(f(x), 0.3)`) may be
     # handed an expected value, which must not reach the worker.
     return all(literal(a) for a in args)
+def root(node):
+    f = node.func
+    while isinstance(f, ast.Attribute):
+        f = f.value
+    return f.id
 class Holes(ast.NodeTransformer):
-    def __init__(self):
-        self.calls = []
+    def __init__(self, known):
+        self.calls, self.roots, self.known = [], set(), known
     def visit_Call(self, node):
-        if is_call(node):
+        if is_call(node) and root(node) not in self.known:  # (a script's constant is the judge's)
+            self.roots.add(root(node))
             self.calls.append([ast.unparse(node), node.lineno])
             return ast.copy_location(ast.Name("_v%d" % (len(self.calls) - 1), ast.Load()), node)
         return self.generic_visit(node)
 def group(i, node, known):
     # One assert: its candidate calls (the worker's), the rest compiled here.
-    holes = Holes()
+    holes = Holes(known)
     node = holes.visit(node)
     names = {"_v%d" % k for k in range(len(holes.calls))}
     # `math` is the judge's only as a module (`math.isclose`): a bare `math(3)` is the
@@ -192,6 +198,7 @@ def group(i, node, known):
         "stmt": compile(ast.fix_missing_locations(ast.Module([node], [])), "<test %d>" % i, "exec"),
         "left": compile(ast.fix_missing_locations(ast.Expression(left)), "<test %d>" % i, "eval"),
         "hole": left.id if isinstance(left, ast.Name) and left.id in names else None,
+        "roots": holes.roots,
     }
 class Rename(ast.NodeTransformer):
     def __init__(self, old, new):
@@ -203,7 +210,7 @@ def asserts_of(tree):
     # only, then `check(entry)` - its asserts with `candidate` read as `entry`.
     body = tree.body
     if len(body) == 1 and isinstance(body[0], ast.Assert):
-        return body, {}
+        return body, {}, None
     consts, check = {}, None
     for k, st in enumerate(body):
         if k == len(body) - 1:
@@ -234,7 +241,34 @@ def asserts_of(tree):
     entry = call.args[0].id
     if entry in consts or entry in SAFE or check[1] in consts:
         return None
-    return [Rename(check[1], entry).visit(x) for x in check[2]], consts
+    return [Rename(check[1], entry).visit(x) for x in check[2]], consts, entry
+def bound(src):
+    # The names a program binds where it can be read (None: it does not parse). Only what is
+    # written: a name bound otherwise (globals(), builtins) is caught by one_function.
+    try:
+        tree = ast.parse(src)
+    except Exception:
+        return None
+    names = set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+        elif isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            names.add(n.id)
+        elif isinstance(n, ast.alias) and n.name != "*":
+            names.add((n.asname or n.name).split(".")[0])
+    return names
+def one_function(roots, entry):
+    # Whose calls the worker may evaluate as the candidate's: the one function under test (a
+    # script's entry point), defined by the candidate code and not a name of the preamble's.
+    # Any other call is a reference (`sqrt(2)` from the preamble, `Fraction(1, 3)`), which the
+    # candidate could rebind to choose the expected value: such a test is not judged.
+    if not roots:
+        return True
+    if len(roots) != 1 or (entry is not None and roots != {entry}):
+        return False
+    (name,) = roots
+    return name not in PRE and (OWN is None or name in OWN)
 def plan(i, test):
     try:
         tree = ast.parse(test)
@@ -243,9 +277,11 @@ def plan(i, test):
     found = asserts_of(tree)
     if found is None:
         return None
-    nodes, consts = found
+    nodes, consts, entry = found
     groups = [group(i, node, consts) for node in nodes]
     if any(g is None for g in groups):
+        return None
+    if not one_function(set().union(*(g["roots"] for g in groups)), entry):
         return None
     return {"groups": groups, "consts": consts, "script": len(tree.body) > 1}
 def rebuild(x, depth=0):
@@ -277,6 +313,9 @@ def rebuild(x, depth=0):
         if tag == "d" and all(type(p) is list and len(p) == 2 for p in items):
             return {rebuild(k, depth + 1): rebuild(v, depth + 1) for k, v in items}
     raise ValueError("not a plain value")
+PRE = bound(job["preamble"]) or set()
+# (a candidate that does not parse runs nothing: its compile error is each test's verdict)
+OWN = bound(job["code"])
 plans = [plan(i, t) for i, t in enumerate(job["tests"])]
 judged_only = job["judged_only"]
 # --- the worker: a fresh interpreter, told the candidate and never a test's expected values --
