@@ -236,3 +236,46 @@ def test_the_function_under_test_is_still_judged() -> None:
     # a candidate that does not parse runs nothing: judged failed as before
     (t,) = run_tests("def f(:\n", ["assert f(1) == 1"], judged_only=True).tests
     assert not t.passed and not t.self_reported and t.error.startswith("SyntaxError"), t.to_dict()
+
+
+@pytest.mark.parametrize("sig", ["SIGALRM", "SIGPROF"])
+def test_the_judges_timer_signals_from_the_worker_change_nothing(sig: str) -> None:
+    # the judge's handler raised TimeoutError wherever it was (waiting for this very answer):
+    # it died with a traceback and the run failed, an honest candidate with it. Under unshare
+    # the worker may not signal the judge at all (refused: another user's).
+    send = f"signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.{sig})"
+    code = f"import os, signal\ndef f():\n    try:\n        {send}\n    except OSError:\n"
+    code += "        pass\n    return 1\n"
+    tests = ["assert f() == 1", "assert f() + 1 == 2", "assert f() == 2"]
+    r = run_tests(code, tests, judged_only=True)
+    assert r.status == "completed", r.to_dict()
+    assert [(t.passed, t.self_reported) for t in r.tests] == [
+        (True, False),
+        (True, False),
+        (False, False),
+    ], r.to_dict()
+
+
+def test_a_worker_whose_timers_are_disarmed_meets_the_judges_deadline() -> None:
+    # the candidate disarms the worker's timers and waits: the judge waited with it until the
+    # whole run's timeout (status "timeout", every test lost). The judge's own deadline on
+    # the answer (2 x 0.5 s + 10 s here, far inside timeout_s) fails this test and stops it.
+    code = "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+    code += "signal.signal(signal.SIGPROF, signal.SIG_IGN)\n"
+    code += "def f():\n    time.sleep(1000)\n"
+    r = run_tests(
+        code,
+        ["assert f() == 1", "assert 1 == 1"],
+        test_timeout_s=0.2,
+        test_wall_s=0.5,
+        timeout_s=120,
+    )
+    assert r.status == "completed", r.to_dict()
+    first, second = r.tests
+    assert not first.passed and first.actual == "TIMEOUT", r.to_dict()
+    assert first.error == (
+        "the worker gave no answer within 11s (its timers disarmed?): the worker was stopped"
+    )
+    assert not second.passed and second.error.startswith(
+        "not run: the worker was stopped at test 0"
+    )

@@ -114,8 +114,22 @@ iso["verdict"] = "judge" if os.geteuid() != 0 else "judge (worker keeps root: no
 emit({"isolation": iso})
 per_test = job["test_timeout_s"]
 per_wall = job["test_wall_s"]
-signal.signal(signal.SIGALRM, alarm)
-signal.signal(signal.SIGPROF, alarm)
+# The judge's timers are its own: a SIGALRM or SIGPROF the worker sends it (pidfd_send_signal
+# where both are the same user) raised a TimeoutError wherever the judge was, killing it with a
+# traceback. Only a signal past the judge's own deadline counts.
+deadline = [None]
+def judge_alarm(signum, frame):
+    d = deadline[0]
+    if d is not None and (time.process_time() >= d[0] if signum == signal.SIGPROF else time.monotonic() >= d[1]):
+        alarm(signum, frame)
+def judge_timed(fn, seconds, wall):
+    deadline[0] = (time.process_time() + seconds, time.monotonic() + wall)
+    try:
+        return timed(fn, seconds, wall)
+    finally:
+        deadline[0] = None
+signal.signal(signal.SIGALRM, judge_alarm)
+signal.signal(signal.SIGPROF, judge_alarm)
 # --- which tests the judge decides: assert EXPR [, MSG] over the candidate's calls -------
 # A call of the function under test (one_function), with literal arguments (or such calls), is
 # the candidate's: the worker evaluates it and answers its value. The rest of the test (the
@@ -371,9 +385,18 @@ class Garbled(Exception):
 # An answer line longer than this is not read whole (a worker that never ends its line would
 # fill the judge's memory, whose limit is the worker's).
 MAX_LINE = lim["memory_mb"] * 1024 * 1024 // 8
-def read(i, g=None):
+class Silent(Garbled):
+    # The worker did not answer in time: its own timers are the candidate's to disarm
+    # (signal.setitimer), and the judge waited until the whole run's timeout, every later test
+    # with it. The judge's deadline: twice the worker's wall-clock backstop, and the start.
+    pass
+WAIT = 2 * per_wall + 10.0
+def read(i, g=None, wait=WAIT):
     # The worker's next answer for test i (assert g): None when it has ended.
-    line = worker.stdout.readline(MAX_LINE + 1)
+    try:
+        line = judge_timed(lambda: worker.stdout.readline(MAX_LINE + 1), wait, wait)
+    except TimeoutError:
+        raise Silent("no answer within %gs" % wait) from None
     if not line:
         return None
     if len(line) > MAX_LINE:
@@ -426,7 +449,7 @@ def judge(i, p, g, reply):
             raise Garbled("not an answer: a value is not plain data") from None
     g_ = {"__builtins__": {}, **env_}
     try:
-        timed(lambda: exec(g["stmt"], g_), per_test, per_wall)
+        judge_timed(lambda: exec(g["stmt"], g_), per_test, per_wall)
         return True
     except BaseException as exc:
         error = describe(exc)
@@ -438,7 +461,7 @@ def judge(i, p, g, reply):
             actual = vals[int(g["hole"][2:])].get("text")
         else:
             try:
-                actual = timed(lambda: eval(g["left"], g_), per_test, per_wall)
+                actual = judge_timed(lambda: eval(g["left"], g_), per_test, per_wall)
             except BaseException as exc2:
                 actual = text(exc2)
     return {"i": i, "passed": False, "actual": clip(actual), "error": error,
@@ -475,7 +498,7 @@ def self_reported(i, why):
         msg = "not judged: " + why + " (judged_only refuses a self-reported verdict)"
         return failed(i, msg)  # decided here, the test never having reached the candidate
     send({"i": i, "test": tests[i]})
-    reply = read(i)
+    reply = read(i, wait=WAIT + per_wall)  # (it may run the call again, to show its value)
     if reply is None:
         worker_ended()
     return {"i": i, "passed": reply.get("passed") is True, "actual": clip(reply.get("actual")),
@@ -505,6 +528,11 @@ for i, test in enumerate(tests):
         worker.kill()
         worker.wait()
         stopped = (i, str(exc))
+        if isinstance(exc, Silent):
+            late = failed(i, "the worker gave %s (its timers disarmed?): the worker was stopped" % exc)
+            late["actual"] = "TIMEOUT"
+            emit(late)
+            continue
         emit(failed(i, "the worker's answer could not be read (%s): the worker was stopped" % exc))
 try:
     worker.kill()
