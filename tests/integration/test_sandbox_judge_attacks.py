@@ -279,3 +279,50 @@ def test_a_worker_whose_timers_are_disarmed_meets_the_judges_deadline() -> None:
     assert not second.passed and second.error.startswith(
         "not run: the worker was stopped at test 0"
     )
+
+
+HAS_BWRAP = _boundary._works("bwrap", sys.executable)
+BOUNDARIES = [
+    pytest.param("bwrap", marks=pytest.mark.skipif(not HAS_BWRAP, reason="no working bwrap")),
+    pytest.param("unshare", marks=pytest.mark.skipif(not HAS_UNSHARE, reason="no unshare")),
+]
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGSTOP", "SIGTERM", "SIGINT"])
+def test_the_worker_cannot_stop_or_kill_the_judge(
+    boundary: str, sig: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # under bwrap the judge ran under bwrap's init, the worker's user: pidfd_send_signal
+    # killed it (the run crashed) or stopped it (the run timed out). Now it is the namespace's
+    # init there too (--as-pid-1), and keeps no handler for SIGINT.
+    if boundary == "bwrap" and not _boundary._bwrap_has_pid_1("bwrap"):
+        pytest.skip("this bwrap has no --as-pid-1")
+    real = _boundary._works
+    monkeypatch.setattr(_boundary, "_works", lambda b, p: b == boundary and real(b, p))
+    send = f"signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.{sig})"
+    code = f"import os, signal\ndef f():\n    try:\n        {send}\n    except OSError:\n"
+    code += "        pass\n    return 0\n"
+    r = run_tests(code, ["assert f() == 1", "assert f() == 0"], timeout_s=60)
+    assert r.isolation == boundary
+    assert r.status == "completed" and r.tests[0].actual == "0", r.to_dict()
+    assert r.tests[1].passed and not r.tests[1].self_reported
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_a_worker_killed_by_a_limit_is_reported_so(
+    boundary: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the judge re-raised the worker's signal on itself: as its namespace's init it survived,
+    # and exited -9 & 255 (247), "exited early (exit code 247)" under unshare
+    real = _boundary._works
+    monkeypatch.setattr(_boundary, "_works", lambda b, p: b == boundary and real(b, p))
+    code = "import signal\nsignal.setitimer(signal.ITIMER_PROF, 0)\n"
+    code += (
+        "signal.signal(signal.SIGPROF, signal.SIG_IGN)\ndef f():\n    while True:\n        pass\n"
+    )
+    r = run_tests(code, ["assert f() == 1"], limits=Limits(cpu_s=1), timeout_s=60)
+    assert r.isolation == boundary
+    assert r.status == "crashed", r.to_dict()
+    # (SIGXCPU or SIGKILL, as the kernel sends at a limit whose soft and hard values agree)
+    assert "CPU-time limit" in r.tests[0].actual, r.to_dict()

@@ -73,6 +73,7 @@ devnull = os.open(os.devnull, os.O_RDONLY)
 os.dup2(devnull, 0)
 os.close(devnull)
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # (KeyboardInterrupt: the worker's to send)
 iso = {"boundary": job["boundary"], "network": "audit-hook", "user": "unchanged"}
 if fs is not None:
     iso["filesystem"] = fs
@@ -416,6 +417,9 @@ def worker_ended():
     if rc is None:
         worker.kill()
         rc = worker.wait()
+    if rc < 0 and os.getpid() == 1:
+        # a namespace's init ignores a signal it sends itself: report as bwrap does, 128 + N
+        os._exit(128 - rc)
     if rc < 0:
         try:
             signal.signal(-rc, signal.SIG_DFL)
