@@ -326,3 +326,17 @@ def test_a_worker_killed_by_a_limit_is_reported_so(
     assert r.status == "crashed", r.to_dict()
     # (SIGXCPU or SIGKILL, as the kernel sends at a limit whose soft and hard values agree)
     assert "CPU-time limit" in r.tests[0].actual, r.to_dict()
+
+
+def test_a_value_costly_to_rebuild_meets_the_judges_deadline() -> None:
+    # a set of ints whose hashes all collide, written on the answer pipe as f()'s value: cheap
+    # to write, quadratic for the judge to rebuild, which it did with no deadline (the run
+    # went to timeout_s, "timeout")
+    forged = "json.dumps({'i': 0, 'g': 0, 'values': [{'value': ['S', [['i', hex(k * M)] for k in range(200000)]], 'text': ''}]}).encode() + b'\\n'"
+    code = SAY + f"import json\nM = 2 ** 61 - 1\ndef f():\n    say({forged})\n    return 1\n"
+    r = run_tests(code, ["assert f() == 1"], test_timeout_s=0.5, test_wall_s=1, timeout_s=150)
+    assert r.status == "completed", r.to_dict()
+    assert r.tests[0].error == (
+        "the worker's answer could not be read (not an answer: a value the judge could not "
+        "rebuild in time): the worker was stopped"
+    ), r.to_dict()

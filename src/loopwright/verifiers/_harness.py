@@ -448,7 +448,11 @@ def judge(i, p, g, reply):
         if v.get("value") is None:
             return None  # not plain data: the judge cannot compare it
         try:
-            env_["_v%d" % k] = rebuild(v["value"])
+            # timed: a set of ints whose hashes collide costs the worker one write on the
+            # answer pipe and the judge quadratic time, outside any deadline of its own
+            env_["_v%d" % k] = judge_timed(lambda: rebuild(v["value"]), per_test, per_wall)
+        except TimeoutError:
+            raise Garbled("not an answer: a value the judge could not rebuild in time") from None
         except Exception:
             raise Garbled("not an answer: a value is not plain data") from None
     g_ = {"__builtins__": {}, **env_}
