@@ -185,3 +185,158 @@ def test_under_unshare_too(attack: str, monkeypatch: pytest.MonkeyPatch) -> None
         # passes, judged.
         assert r.status == "completed" and r.tests[0].actual == "0", r.to_dict()
         assert r.tests[1].passed and not r.tests[1].self_reported
+
+
+@pytest.mark.parametrize(
+    ("preamble", "forger", "test"),
+    [
+        # a reference name of the preamble's, rebound by the candidate
+        ("from math import sqrt", "sqrt = lambda x: 0\n", "assert f(2) == sqrt(2)"),
+        # one the candidate imports itself, then rebinds
+        (
+            "",
+            "from fractions import Fraction\nFraction = lambda a, b: 0\n",
+            "assert f(1, 3) == Fraction(1, 3)",
+        ),
+        # one it binds where no parser sees it
+        ("", "globals()['g'] = lambda: 0\n", "assert f(2) == g()"),
+        ("", "import builtins\nbuiltins.hash = lambda x: 0\n", "assert hash('a') == 0"),
+        # a script's reference call, and a constant's method the worker never had
+        ("", "ref = lambda x: 0\n", "def check(c):\n    assert c(2) == ref(2)\n\ncheck(f)"),
+    ],
+)
+def test_only_the_function_under_test_is_the_candidates(
+    preamble: str, forger: str, test: str
+) -> None:
+    # the worker evaluated every call with literal arguments as the candidate's: a reference
+    # call's value, the expected one, was the candidate's to choose, and the forger passed,
+    # judged. Now such a test is not judged (judged_only fails it; else it is self-reported).
+    code = forger + "def f(*a):\n    return 0\n"
+    (t,) = run_tests(code, [test], preamble=preamble, judged_only=True).tests
+    assert not t.passed and t.error.startswith("not judged"), t.to_dict()
+    (t,) = run_tests(code, [test], preamble=preamble).tests
+    assert t.self_reported, t.to_dict()
+
+
+def test_the_function_under_test_is_still_judged() -> None:
+    code = "from fractions import Fraction\ndef f(a, b):\n    return [a, b]\n"
+    tests = [
+        "assert f(1, 3) == [1, 3]",
+        "assert f(1, 2) != f(2, 1)",
+        "x = [1, 3]\ndef check(c):\n    assert c(1, 3) == x\n    assert x.count(3) == 1\n\ncheck(f)",
+        "assert f(1, 2) == [2, 1]",
+    ]
+    r = run_tests(code, tests, preamble="from math import sqrt", judged_only=True)
+    assert [(t.passed, t.self_reported) for t in r.tests] == [
+        (True, False),
+        (True, False),
+        (True, False),
+        (False, False),
+    ], r.to_dict()
+    # a candidate that does not parse runs nothing: judged failed as before
+    (t,) = run_tests("def f(:\n", ["assert f(1) == 1"], judged_only=True).tests
+    assert not t.passed and not t.self_reported and t.error.startswith("SyntaxError"), t.to_dict()
+
+
+@pytest.mark.parametrize("sig", ["SIGALRM", "SIGPROF"])
+def test_the_judges_timer_signals_from_the_worker_change_nothing(sig: str) -> None:
+    # the judge's handler raised TimeoutError wherever it was (waiting for this very answer):
+    # it died with a traceback and the run failed, an honest candidate with it. Under unshare
+    # the worker may not signal the judge at all (refused: another user's).
+    send = f"signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.{sig})"
+    code = f"import os, signal\ndef f():\n    try:\n        {send}\n    except OSError:\n"
+    code += "        pass\n    return 1\n"
+    tests = ["assert f() == 1", "assert f() + 1 == 2", "assert f() == 2"]
+    r = run_tests(code, tests, judged_only=True)
+    assert r.status == "completed", r.to_dict()
+    assert [(t.passed, t.self_reported) for t in r.tests] == [
+        (True, False),
+        (True, False),
+        (False, False),
+    ], r.to_dict()
+
+
+def test_a_worker_whose_timers_are_disarmed_meets_the_judges_deadline() -> None:
+    # the candidate disarms the worker's timers and waits: the judge waited with it until the
+    # whole run's timeout (status "timeout", every test lost). The judge's own deadline on
+    # the answer (2 x 0.5 s + 10 s here, far inside timeout_s) fails this test and stops it.
+    code = "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+    code += "signal.signal(signal.SIGPROF, signal.SIG_IGN)\n"
+    code += "def f():\n    time.sleep(1000)\n"
+    r = run_tests(
+        code,
+        ["assert f() == 1", "assert 1 == 1"],
+        test_timeout_s=0.2,
+        test_wall_s=0.5,
+        timeout_s=120,
+    )
+    assert r.status == "completed", r.to_dict()
+    first, second = r.tests
+    assert not first.passed and first.actual == "TIMEOUT", r.to_dict()
+    assert first.error == (
+        "the worker gave no answer within 11s (its timers disarmed?): the worker was stopped"
+    )
+    assert not second.passed and second.error.startswith(
+        "not run: the worker was stopped at test 0"
+    )
+
+
+HAS_BWRAP = _boundary._works("bwrap", sys.executable)
+BOUNDARIES = [
+    pytest.param("bwrap", marks=pytest.mark.skipif(not HAS_BWRAP, reason="no working bwrap")),
+    pytest.param("unshare", marks=pytest.mark.skipif(not HAS_UNSHARE, reason="no unshare")),
+]
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGSTOP", "SIGTERM", "SIGINT"])
+def test_the_worker_cannot_stop_or_kill_the_judge(
+    boundary: str, sig: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # under bwrap the judge ran under bwrap's init, the worker's user: pidfd_send_signal
+    # killed it (the run crashed) or stopped it (the run timed out). Now it is the namespace's
+    # init there too (--as-pid-1), and keeps no handler for SIGINT.
+    if boundary == "bwrap" and not _boundary._bwrap_has_pid_1("bwrap"):
+        pytest.skip("this bwrap has no --as-pid-1")
+    real = _boundary._works
+    monkeypatch.setattr(_boundary, "_works", lambda b, p: b == boundary and real(b, p))
+    send = f"signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.{sig})"
+    code = f"import os, signal\ndef f():\n    try:\n        {send}\n    except OSError:\n"
+    code += "        pass\n    return 0\n"
+    r = run_tests(code, ["assert f() == 1", "assert f() == 0"], timeout_s=60)
+    assert r.isolation == boundary
+    assert r.status == "completed" and r.tests[0].actual == "0", r.to_dict()
+    assert r.tests[1].passed and not r.tests[1].self_reported
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_a_worker_killed_by_a_limit_is_reported_so(
+    boundary: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the judge re-raised the worker's signal on itself: as its namespace's init it survived,
+    # and exited -9 & 255 (247), "exited early (exit code 247)" under unshare
+    real = _boundary._works
+    monkeypatch.setattr(_boundary, "_works", lambda b, p: b == boundary and real(b, p))
+    code = "import signal\nsignal.setitimer(signal.ITIMER_PROF, 0)\n"
+    code += (
+        "signal.signal(signal.SIGPROF, signal.SIG_IGN)\ndef f():\n    while True:\n        pass\n"
+    )
+    r = run_tests(code, ["assert f() == 1"], limits=Limits(cpu_s=1), timeout_s=60)
+    assert r.isolation == boundary
+    assert r.status == "crashed", r.to_dict()
+    # (SIGXCPU or SIGKILL, as the kernel sends at a limit whose soft and hard values agree)
+    assert "CPU-time limit" in r.tests[0].actual, r.to_dict()
+
+
+def test_a_value_costly_to_rebuild_meets_the_judges_deadline() -> None:
+    # a set of ints whose hashes all collide, written on the answer pipe as f()'s value: cheap
+    # to write, quadratic for the judge to rebuild, which it did with no deadline (the run
+    # went to timeout_s, "timeout")
+    forged = "json.dumps({'i': 0, 'g': 0, 'values': [{'value': ['S', [['i', hex(k * M)] for k in range(200000)]], 'text': ''}]}).encode() + b'\\n'"
+    code = SAY + f"import json\nM = 2 ** 61 - 1\ndef f():\n    say({forged})\n    return 1\n"
+    r = run_tests(code, ["assert f() == 1"], test_timeout_s=0.5, test_wall_s=1, timeout_s=150)
+    assert r.status == "completed", r.to_dict()
+    assert r.tests[0].error == (
+        "the worker's answer could not be read (not an answer: a value the judge could not "
+        "rebuild in time): the worker was stopped"
+    ), r.to_dict()

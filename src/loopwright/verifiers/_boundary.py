@@ -175,6 +175,17 @@ def _stage_packages(workdir: str, packages: Sequence[tuple[str, str]]) -> str | 
     return staged
 
 
+@functools.lru_cache(maxsize=4)
+def _bwrap_has_pid_1(bwrap: str) -> bool:
+    """Whether this bwrap knows ``--as-pid-1`` (0.5.0 and later); an older one runs the judge
+    under its own init, where the worker may signal it."""
+    try:
+        done = subprocess.run([bwrap, "--help"], capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return b"--as-pid-1" in done.stdout + done.stderr
+
+
 def _bwrap_argv(bwrap: str, python: str, workdir: str, read_only: Sequence[str] = ()) -> list[str]:
     argv = [
         bwrap,
@@ -185,6 +196,11 @@ def _bwrap_argv(bwrap: str, python: str, workdir: str, read_only: Sequence[str] 
         "--unshare-cgroup-try",
         "--die-with-parent",
     ]
+    if _bwrap_has_pid_1(bwrap):
+        # The judge as its PID namespace's init, as under unshare: a signal from inside it
+        # (the worker's pidfd_send_signal: no audit event) without a handler of the judge's
+        # is dropped, so the worker can no longer stop or kill the judge that decides its tests.
+        argv.append("--as-pid-1")
     if os.geteuid() != 0:
         argv.append("--unshare-user")  # what lets an unprivileged bwrap make the others
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--ro-bind", "/usr", "/usr"]

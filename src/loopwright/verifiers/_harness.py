@@ -73,6 +73,7 @@ devnull = os.open(os.devnull, os.O_RDONLY)
 os.dup2(devnull, 0)
 os.close(devnull)
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # (KeyboardInterrupt: the worker's to send)
 iso = {"boundary": job["boundary"], "network": "audit-hook", "user": "unchanged"}
 if fs is not None:
     iso["filesystem"] = fs
@@ -114,11 +115,25 @@ iso["verdict"] = "judge" if os.geteuid() != 0 else "judge (worker keeps root: no
 emit({"isolation": iso})
 per_test = job["test_timeout_s"]
 per_wall = job["test_wall_s"]
-signal.signal(signal.SIGALRM, alarm)
-signal.signal(signal.SIGPROF, alarm)
+# The judge's timers are its own: a SIGALRM or SIGPROF the worker sends it (pidfd_send_signal
+# where both are the same user) raised a TimeoutError wherever the judge was, killing it with a
+# traceback. Only a signal past the judge's own deadline counts.
+deadline = [None]
+def judge_alarm(signum, frame):
+    d = deadline[0]
+    if d is not None and (time.process_time() >= d[0] if signum == signal.SIGPROF else time.monotonic() >= d[1]):
+        alarm(signum, frame)
+def judge_timed(fn, seconds, wall):
+    deadline[0] = (time.process_time() + seconds, time.monotonic() + wall)
+    try:
+        return timed(fn, seconds, wall)
+    finally:
+        deadline[0] = None
+signal.signal(signal.SIGALRM, judge_alarm)
+signal.signal(signal.SIGPROF, judge_alarm)
 # --- which tests the judge decides: assert EXPR [, MSG] over the candidate's calls -------
-# A call of a name the judge does not know, with literal arguments (or such calls), is the
-# candidate's: the worker evaluates it and answers its value. The rest of the test (the
+# A call of the function under test (one_function), with literal arguments (or such calls), is
+# the candidate's: the worker evaluates it and answers its value. The rest of the test (the
 # expected values) stays here and is evaluated over those values, plain data only.
 SAFE = {n: getattr(builtins, n) for n in (
     "abs", "all", "any", "bool", "bytes", "chr", "complex", "dict", "divmod", "enumerate",
@@ -158,17 +173,23 @@ def is_call(node):
     # Literal arguments only: a call given another call's value (`isclose(f(x), 0.3)`) may be
     # handed an expected value, which must not reach the worker.
     return all(literal(a) for a in args)
+def root(node):
+    f = node.func
+    while isinstance(f, ast.Attribute):
+        f = f.value
+    return f.id
 class Holes(ast.NodeTransformer):
-    def __init__(self):
-        self.calls = []
+    def __init__(self, known):
+        self.calls, self.roots, self.known = [], set(), known
     def visit_Call(self, node):
-        if is_call(node):
+        if is_call(node) and root(node) not in self.known:  # (a script's constant is the judge's)
+            self.roots.add(root(node))
             self.calls.append([ast.unparse(node), node.lineno])
             return ast.copy_location(ast.Name("_v%d" % (len(self.calls) - 1), ast.Load()), node)
         return self.generic_visit(node)
 def group(i, node, known):
     # One assert: its candidate calls (the worker's), the rest compiled here.
-    holes = Holes()
+    holes = Holes(known)
     node = holes.visit(node)
     names = {"_v%d" % k for k in range(len(holes.calls))}
     # `math` is the judge's only as a module (`math.isclose`): a bare `math(3)` is the
@@ -192,6 +213,7 @@ def group(i, node, known):
         "stmt": compile(ast.fix_missing_locations(ast.Module([node], [])), "<test %d>" % i, "exec"),
         "left": compile(ast.fix_missing_locations(ast.Expression(left)), "<test %d>" % i, "eval"),
         "hole": left.id if isinstance(left, ast.Name) and left.id in names else None,
+        "roots": holes.roots,
     }
 class Rename(ast.NodeTransformer):
     def __init__(self, old, new):
@@ -203,7 +225,7 @@ def asserts_of(tree):
     # only, then `check(entry)` - its asserts with `candidate` read as `entry`.
     body = tree.body
     if len(body) == 1 and isinstance(body[0], ast.Assert):
-        return body, {}
+        return body, {}, None
     consts, check = {}, None
     for k, st in enumerate(body):
         if k == len(body) - 1:
@@ -234,7 +256,34 @@ def asserts_of(tree):
     entry = call.args[0].id
     if entry in consts or entry in SAFE or check[1] in consts:
         return None
-    return [Rename(check[1], entry).visit(x) for x in check[2]], consts
+    return [Rename(check[1], entry).visit(x) for x in check[2]], consts, entry
+def bound(src):
+    # The names a program binds where it can be read (None: it does not parse). Only what is
+    # written: a name bound otherwise (globals(), builtins) is caught by one_function.
+    try:
+        tree = ast.parse(src)
+    except Exception:
+        return None
+    names = set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+        elif isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            names.add(n.id)
+        elif isinstance(n, ast.alias) and n.name != "*":
+            names.add((n.asname or n.name).split(".")[0])
+    return names
+def one_function(roots, entry):
+    # Whose calls the worker may evaluate as the candidate's: the one function under test (a
+    # script's entry point), defined by the candidate code and not a name of the preamble's.
+    # Any other call is a reference (`sqrt(2)` from the preamble, `Fraction(1, 3)`), which the
+    # candidate could rebind to choose the expected value: such a test is not judged.
+    if not roots:
+        return True
+    if len(roots) != 1 or (entry is not None and roots != {entry}):
+        return False
+    (name,) = roots
+    return name not in PRE and (OWN is None or name in OWN)
 def plan(i, test):
     try:
         tree = ast.parse(test)
@@ -243,9 +292,11 @@ def plan(i, test):
     found = asserts_of(tree)
     if found is None:
         return None
-    nodes, consts = found
+    nodes, consts, entry = found
     groups = [group(i, node, consts) for node in nodes]
     if any(g is None for g in groups):
+        return None
+    if not one_function(set().union(*(g["roots"] for g in groups)), entry):
         return None
     return {"groups": groups, "consts": consts, "script": len(tree.body) > 1}
 def rebuild(x, depth=0):
@@ -277,6 +328,9 @@ def rebuild(x, depth=0):
         if tag == "d" and all(type(p) is list and len(p) == 2 for p in items):
             return {rebuild(k, depth + 1): rebuild(v, depth + 1) for k, v in items}
     raise ValueError("not a plain value")
+PRE = bound(job["preamble"]) or set()
+# (a candidate that does not parse runs nothing: its compile error is each test's verdict)
+OWN = bound(job["code"])
 plans = [plan(i, t) for i, t in enumerate(job["tests"])]
 judged_only = job["judged_only"]
 # --- the worker: a fresh interpreter, told the candidate and never a test's expected values --
@@ -332,9 +386,18 @@ class Garbled(Exception):
 # An answer line longer than this is not read whole (a worker that never ends its line would
 # fill the judge's memory, whose limit is the worker's).
 MAX_LINE = lim["memory_mb"] * 1024 * 1024 // 8
-def read(i, g=None):
+class Silent(Garbled):
+    # The worker did not answer in time: its own timers are the candidate's to disarm
+    # (signal.setitimer), and the judge waited until the whole run's timeout, every later test
+    # with it. The judge's deadline: twice the worker's wall-clock backstop, and the start.
+    pass
+WAIT = 2 * per_wall + 10.0
+def read(i, g=None, wait=WAIT):
     # The worker's next answer for test i (assert g): None when it has ended.
-    line = worker.stdout.readline(MAX_LINE + 1)
+    try:
+        line = judge_timed(lambda: worker.stdout.readline(MAX_LINE + 1), wait, wait)
+    except TimeoutError:
+        raise Silent("no answer within %gs" % wait) from None
     if not line:
         return None
     if len(line) > MAX_LINE:
@@ -354,6 +417,9 @@ def worker_ended():
     if rc is None:
         worker.kill()
         rc = worker.wait()
+    if rc < 0 and os.getpid() == 1:
+        # a namespace's init ignores a signal it sends itself: report as bwrap does, 128 + N
+        os._exit(128 - rc)
     if rc < 0:
         try:
             signal.signal(-rc, signal.SIG_DFL)
@@ -382,12 +448,16 @@ def judge(i, p, g, reply):
         if v.get("value") is None:
             return None  # not plain data: the judge cannot compare it
         try:
-            env_["_v%d" % k] = rebuild(v["value"])
+            # timed: a set of ints whose hashes collide costs the worker one write on the
+            # answer pipe and the judge quadratic time, outside any deadline of its own
+            env_["_v%d" % k] = judge_timed(lambda: rebuild(v["value"]), per_test, per_wall)
+        except TimeoutError:
+            raise Garbled("not an answer: a value the judge could not rebuild in time") from None
         except Exception:
             raise Garbled("not an answer: a value is not plain data") from None
     g_ = {"__builtins__": {}, **env_}
     try:
-        timed(lambda: exec(g["stmt"], g_), per_test, per_wall)
+        judge_timed(lambda: exec(g["stmt"], g_), per_test, per_wall)
         return True
     except BaseException as exc:
         error = describe(exc)
@@ -399,7 +469,7 @@ def judge(i, p, g, reply):
             actual = vals[int(g["hole"][2:])].get("text")
         else:
             try:
-                actual = timed(lambda: eval(g["left"], g_), per_test, per_wall)
+                actual = judge_timed(lambda: eval(g["left"], g_), per_test, per_wall)
             except BaseException as exc2:
                 actual = text(exc2)
     return {"i": i, "passed": False, "actual": clip(actual), "error": error,
@@ -436,7 +506,7 @@ def self_reported(i, why):
         msg = "not judged: " + why + " (judged_only refuses a self-reported verdict)"
         return failed(i, msg)  # decided here, the test never having reached the candidate
     send({"i": i, "test": tests[i]})
-    reply = read(i)
+    reply = read(i, wait=WAIT + per_wall)  # (it may run the call again, to show its value)
     if reply is None:
         worker_ended()
     return {"i": i, "passed": reply.get("passed") is True, "actual": clip(reply.get("actual")),
@@ -466,6 +536,11 @@ for i, test in enumerate(tests):
         worker.kill()
         worker.wait()
         stopped = (i, str(exc))
+        if isinstance(exc, Silent):
+            late = failed(i, "the worker gave %s (its timers disarmed?): the worker was stopped" % exc)
+            late["actual"] = "TIMEOUT"
+            emit(late)
+            continue
         emit(failed(i, "the worker's answer could not be read (%s): the worker was stopped" % exc))
 try:
     worker.kill()

@@ -379,8 +379,10 @@ def _parse(
                 seconds=float(msg.get("seconds") or 0.0),
                 self_reported=msg.get("self_reported") is True,
             )
-    if boundary == "bwrap" and rc is not None and 128 < rc < 128 + 65:
-        rc = 128 - rc  # bwrap reports its child's death by signal N as exit status 128 + N
+    if boundary in ("bwrap", "unshare") and rc is not None and 128 < rc < 128 + 65:
+        # bwrap reports its child's death by signal N as exit status 128 + N; the judge, its
+        # namespace's init (which cannot kill itself by signal), reports the worker's so
+        rc = 128 - rc
     status: SandboxStatus
     if done and len(got) == len(tests):
         status, reason = "completed", ""
