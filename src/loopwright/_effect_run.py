@@ -16,7 +16,6 @@ from typing import Any
 
 from ._backoff import backoff, held_for, left_of, since
 from ._calls import CallTimeout, call_user
-from ._contract import DEFAULT_MAX_CRASHES
 from ._effect_holders import holder, running_here, tracked
 from ._effect_keys import (
     NOT_REUSED,
@@ -34,6 +33,7 @@ from ._errors import EffectKeyHeld, EffectKeyMoved, StaleLeaseError
 from ._exec import Execution, error_info, exc_text
 from ._json import str_keys
 from ._redact import redact, redact_text
+from ._resume_ready import crash_bound
 from ._retry import RetryPolicy
 from ._store_threads import uncancelled, written
 from ._usage import Usage
@@ -511,7 +511,7 @@ async def perform_effect(
                 if settled is not None:
                     return settled
             uncharged = int(entry.data.get("uncharged") or 0)
-            if not_done and uncharged < _crash_allowance(ex):
+            if not_done and uncharged < crash_bound(ex.contract):
                 # The reconcile hook says the attempt the intent journaled never acted: cut off
                 # before its call, it is no attempt of the retry bound's. Counted, one kill of
                 # an effect with ``attempts=1`` ended a run an uninterrupted one accepted
@@ -679,12 +679,6 @@ async def perform_effect(
         await put("done", data, None, "effect_done")
         ex.at("after_effect_result")
         return out("done", result=value, attempts=attempts, usage=usage)
-
-
-def _crash_allowance(ex: Execution) -> int:
-    """The kills of one effect's attempts left uncharged (``Budget.max_crashes``)."""
-    bound = ex.contract.budget.max_crashes
-    return DEFAULT_MAX_CRASHES if bound is None else bound
 
 
 def _what_failed(exc: BaseException, eff: Effect) -> str:

@@ -24,10 +24,6 @@ def _short(v: Any, n: int = 36) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def _money(v: float) -> str:
-    return usd(v)
-
-
 def _held(v: Any) -> str:
     """A held-out verdict as ``show`` and ``runs`` say it (JSON's ``null``/``true`` read as
     a value missing from the table)."""
@@ -71,7 +67,7 @@ def diff(
         ("cycles", a["cycles"], b["cycles"]),
         ("best score", _score(a["best_score"]), _score(b["best_score"])),
         ("held-out", _held(a["held_out_passed"]), _held(b["held_out_passed"])),
-        ("spend", _money(a["cost_usd"]), _money(b["cost_usd"])),
+        ("spend", usd(a["cost_usd"]), usd(b["cost_usd"])),
         ("tokens", a["tokens"], b["tokens"]),
     ]
     if a["forked_from"] or b["forked_from"]:

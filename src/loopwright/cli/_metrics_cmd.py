@@ -99,14 +99,10 @@ def _fmt(name: str, v: float | None) -> str:
     if name.endswith("per_usd"):
         return f"{v:,.3f} /$"
     if name.endswith("_usd"):
-        return _usd(v)
+        return usd(v)
     if name.endswith("_s"):
         return f"{v:,.2f} s"
     return f"{v:.3f}"
-
-
-def _usd(v: float) -> str:
-    return usd(v)
 
 
 def _num(x: float) -> str:
@@ -126,9 +122,9 @@ _USD_BASIS = {
 def _basis(name: str, num: float, den: float) -> str:
     """A metric's ``numerator / denominator`` in the units of each: dollars as values show
     them, seconds to 2 decimals, counts whole (a progress sum to 4 decimals at most)."""
-    usd = _USD_BASIS.get(name, (False, False))
-    top = _usd(num) if usd[0] else f"{num:,.2f} s" if name.endswith("_s") else _num(num)
-    return f"{top} / {_usd(den) if usd[1] else _num(den)}"
+    dollars = _USD_BASIS.get(name, (False, False))
+    top = usd(num) if dollars[0] else f"{num:,.2f} s" if name.endswith("_s") else _num(num)
+    return f"{top} / {usd(den) if dollars[1] else _num(den)}"
 
 
 def _when(ts: float) -> str:
