@@ -6,13 +6,16 @@ packet advice, which a settle rewrites, else its last checkpoint's). Used by eve
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._contract import TERMINAL_STATUSES, contract_from_snapshot
 from ._decide import at_default_ceiling
 from ._packet import _clip, stop_cause
 
-__all__ = ["run_next_action", "run_stop_cause"]
+if TYPE_CHECKING:
+    from .store import Approval, RunRecord
+
+__all__ = ["run_next_action", "run_stop_cause", "waits_only_to_start"]
 
 
 class _RunLike(Protocol):
@@ -89,3 +92,19 @@ def run_next_action(rec: _EndedLike, next_action: str) -> str:
     if rec.status in TERMINAL_STATUSES and isinstance(advice, str) and advice:
         return advice
     return next_action
+
+
+def waits_only_to_start(rec: RunRecord, approvals: list[Approval] | None = None) -> bool:
+    """Whether a fork nobody has started (``maker_starts``) waits only for its maker to start
+    it: pending, or parked on no pending request (``approvals`` when given, else the row's
+    count). A held fork parked on a request waits for a person first. One rule for ``runs``,
+    ``show`` and the dashboard (they had two)."""
+    if not rec.maker_starts:
+        return False
+    if rec.status == "pending":
+        return True
+    if rec.status != "awaiting_approval":
+        return False  # (a cancelled fork is ended, not waiting to start)
+    if approvals is not None:
+        return not any(a.status == "pending" for a in approvals)
+    return rec.open_requests == 0

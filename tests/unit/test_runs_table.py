@@ -217,3 +217,28 @@ def test_the_interrupted_hint_is_typable_as_printed(
     assert interrupted(run, time.time()) == (
         f"interrupted? no process is running it: loopwright resume {rec.run_id[:12]}"
     )
+
+
+@pytest.mark.parametrize(
+    ("status", "open_requests", "said"),
+    [
+        ("pending", None, True),  # made and never started: its maker starts it
+        ("awaiting_approval", 0, True),  # paused and unpaused before its start
+        ("awaiting_approval", 1, False),  # a request waits: a person decides first
+        ("cancelled", None, False),  # ended, nothing to start
+    ],
+)
+def test_a_held_fork_is_called_not_started_as_the_dashboard_calls_it(
+    tmp_path: Path, status: str, open_requests: int | None, said: bool
+) -> None:
+    """``runs``/``show`` and the dashboard read one rule for a fork waiting for its maker (the
+    CLI called a held fork parked on a pending request "not started", the run page did not)."""
+    from loopwright.cli._table import not_started
+    from loopwright.web._views import stop_words
+
+    rec = dataclasses.replace(
+        _record(tmp_path), maker_starts=True, status=status, open_requests=open_requests
+    )
+    rec = dataclasses.replace(rec, stop_reason=None) if status != "cancelled" else rec
+    assert (not_started(rec) is not None) == said
+    assert stop_words(rec).startswith("fork, not started") == said

@@ -266,9 +266,11 @@ def interrupted(r: RunRecord, now: float) -> str | None:
 def not_started(r: RunRecord) -> str | None:
     """A fork nobody has started (``maker_starts``): no worker takes it, so its maker is told
     how to start it (after any edit), or None."""
-    if not r.maker_starts or r.status not in ("pending", "awaiting_approval"):
-        return None  # (a cancelled fork is ended, not waiting to start)
+    from .._stored_run_words import waits_only_to_start
     from ._resume_cmd import continue_hint
+
+    if not waits_only_to_start(r):
+        return None  # (ended, or parked on a request a person decides first)
 
     return "fork, not started: " + continue_hint(r, "start it")
 

@@ -22,7 +22,7 @@ from .._contract import contract_from_snapshot
 from .._decide import at_default_ceiling
 from .._packet import explain
 from .._state import Part, TaskState, Version
-from .._stored_run_words import run_stop_cause
+from .._stored_run_words import run_stop_cause, waits_only_to_start
 from ..store import Approval, Event, JournalEntry, RunRecord
 from ..store._records import PAUSE
 from ._chart import CHART_DOTS, ChartPoint, chart_point, chart_points, chart_svg, per_pixel
@@ -218,7 +218,7 @@ def stop_words(rec: RunRecord, approvals: list[Approval] | None = None) -> str:
     waits to be resumed: told by its ``approvals`` when given, else by the run row's count of
     its pending requests (a list of runs reads no requests); a store that keeps no count
     says it waits on either."""
-    if rec.maker_starts and _waits_to_start(rec, approvals):
+    if waits_only_to_start(rec, approvals):
         # no worker takes a fork nobody has started: its maker does, after any edit (one
         # paused and unpaused before its start is parked, and no worker resumes it either)
         how = (
@@ -247,18 +247,6 @@ def stop_words(rec: RunRecord, approvals: list[Approval] | None = None) -> str:
         "running": "running",
         "pending": "waiting to start",
     }.get(rec.status, rec.status)
-
-
-def _waits_to_start(rec: RunRecord, approvals: list[Approval] | None) -> bool:
-    """Whether the run waits only to be started: pending, or parked on no pending request
-    (``approvals`` when given, else the row's count)."""
-    if rec.status == "pending":
-        return True
-    if rec.status != "awaiting_approval":
-        return False
-    if approvals is not None:
-        return not any(a.status == "pending" for a in approvals)
-    return rec.open_requests == 0
 
 
 def stop_cause_of(rec: RunRecord) -> str:
