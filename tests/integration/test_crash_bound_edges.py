@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 import pytest
-from test_crash_bound_alive import TASK, _expire
+from support.crash_bound import TASK, doc_loop, stalled_past_its_lease
 
 import loopwright as lw
 from loopwright.store import NewEvent
@@ -26,42 +26,19 @@ def _loop(
     ``stalled`` it waits for it instead (its heartbeat with it: the same thread)."""
     held = threading.Event()
 
-    def actor(ctx: lw.Context) -> lw.Proposal:
+    def fault(ctx: lw.Context) -> None:
         if ctx.cycle == 3:
             if stall is None:
                 raise KeyboardInterrupt
             if threading.current_thread().name == "stalled":
                 held.set()
                 stall.wait()
-        return lw.Proposal(edits=(lw.Edit("doc", "n", ctx.cycle),))
 
-    def done(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        n = int(state.values()["doc"].get("n", 0))
-        return lw.Verdict(passed=n == 3, score=n / 3)
-
-    loop = lw.Loop(
-        name="edges",
-        actor=actor,
-        verifiers=[done],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=10, max_crashes=max_crashes)),
-    )
-    return loop, held
+    return doc_loop("edges", fault, max_crashes=max_crashes), held
 
 
 def _plain(max_crashes: int) -> lw.Loop:
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        return lw.Proposal(edits=(lw.Edit("doc", "n", ctx.cycle),))
-
-    def done(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        n = int(state.values()["doc"].get("n", 0))
-        return lw.Verdict(passed=n == 3, score=n / 3)
-
-    return lw.Loop(
-        name="edges",
-        actor=actor,
-        verifiers=[done],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=10, max_crashes=max_crashes)),
-    )
+    return doc_loop("edges", max_crashes=max_crashes)
 
 
 def test_a_person_between_executions_leaves_the_concluders_word_its_own(url: str) -> None:
@@ -72,30 +49,11 @@ def test_a_person_between_executions_leaves_the_concluders_word_its_own(url: str
     # less one", the person's lease, and with ``max_crashes = 0`` the run ended escalated.
     go = threading.Event()
     loop, held = _loop(max_crashes=0, stall=go)
-    ended: list[BaseException | lw.RunResult] = []
-
-    def drive() -> None:
-        try:
-            with lw.Runtime(url) as rt:
-                ended.append(rt.resume_sync(run_id, loop))
-        except BaseException as exc:  # (read by the test)
-            ended.append(exc)
-
     with lw.Runtime(url) as rt:
-        run_id = rt.create(loop, TASK, task_key="person")[0].run_id
-        t = threading.Thread(target=drive, name="stalled", daemon=True)
-        t.start()
-        try:
-            while not held.wait(0.05):
-                assert t.is_alive(), ended
-            _expire(rt, run_id)
+        with stalled_past_its_lease(url, rt, loop, held, go, "person") as run_id:
             with pytest.raises(lw.ConfigError):
                 rt.settle_effect(run_id, "nothing-in-doubt", done=True, by="ops")
             assert rt.store.get_run(run_id).lease_owner is None  # (handed back)
-        finally:
-            go.set()
-            t.join()
-        assert isinstance(ended[0], lw.StaleLeaseError), ended
         events = rt.store.events(run_id)
         [word] = [e for e in events if e.kind == "interrupted"]
         assert word.data["why"] == "lease lost"
@@ -227,33 +185,14 @@ def test_a_stalled_executor_is_counted_by_its_taker_until_it_says_otherwise(url:
 
     go = threading.Event()
     loop, held = _loop(max_crashes=0, stall=go)
-    ended: list[BaseException | lw.RunResult] = []
-
-    def drive() -> None:
-        try:
-            with lw.Runtime(url) as rt:
-                ended.append(rt.resume_sync(run_id, loop))
-        except BaseException as exc:  # (read by the test)
-            ended.append(exc)
-
     with lw.Runtime(url) as rt:
-        run_id = rt.create(loop, TASK, task_key="stalled")[0].run_id
-        t = threading.Thread(target=drive, name="stalled", daemon=True)
-        t.start()
-        try:
-            while not held.wait(0.05):
-                assert t.is_alive(), ended
-            _expire(rt, run_id)
+        with stalled_past_its_lease(url, rt, loop, held, go, "stalled") as run_id:
             token = rt.store.get_run(run_id).fencing_token
             assert crashes_at(rt.store, run_id, 2, token + 1) == 1  # (a taker's count now)
             taker = rt.store.acquire_lease(run_id, "taker", 60)
             # (the taker's start, as its execution commits it, before A wakes)
             rt.store.append_events(run_id, [NewEvent(2, "resumed", {"lease": taker})])
             assert crashes_at(rt.store, run_id, 2, taker + 1) == 2  # (A and the taker)
-        finally:
-            go.set()
-            t.join()
-        assert isinstance(ended[0], lw.StaleLeaseError), ended
         # A's word, late, after the taker's start: written all the same (not fenced: A no
         # longer holds the lease), and read by its lease, not where it lies
         kinds = [(e.kind, e.data.get("lease")) for e in rt.store.events(run_id)]

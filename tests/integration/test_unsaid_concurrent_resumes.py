@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 import pytest
-from test_crash_bound_alive import TASK
+from support.crash_bound import TASK
 from test_crash_bound_edges import _outage, _plain
 
 import loopwright as lw
