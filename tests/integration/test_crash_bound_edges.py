@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 import pytest
-from support.crash_bound import TASK, doc_loop, stalled_past_its_lease
+from support.crash_bound import TASK, doc_loop, stalled_past_its_lease, stopped_in_an_outage
 
 import loopwright as lw
 from loopwright.store import NewEvent
@@ -98,34 +98,6 @@ def test_a_run_ended_by_a_commit_whose_answer_was_lost_is_not_said_interrupted(
         assert kinds[-1] == "stopped" and "interrupted" not in kinds, kinds
 
 
-def _outage(rt: lw.Runtime, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """While ``down[0]``: the commit of cycle 3 fails, and so does a word said after it (the
-    store down as the execution stops); set it False and the store answers again."""
-    one, many, append = rt.store.commit_request, rt.store.commit_many, rt.store.append_events
-    down = [True]
-
-    def fails(cycle: int) -> None:
-        if down[0] and cycle >= 3:
-            raise lw.StoreUnavailableError("connection refused (injected)")
-
-    def flaky_one(req: Any) -> Any:
-        fails(req.cycle)
-        return one(req)
-
-    def flaky_many(reqs: list[Any]) -> Any:
-        fails(max(r.cycle for r in reqs))
-        return many(reqs)
-
-    def flaky_append(run_id: str, events: Any) -> None:
-        fails(max(e.cycle for e in events) + 1)  # (a word at cycle 2: said in cycle 3)
-        append(run_id, events)
-
-    monkeypatch.setattr(rt.store, "commit_request", flaky_one)
-    monkeypatch.setattr(rt.store, "commit_many", flaky_many)
-    monkeypatch.setattr(rt.store, "append_events", flaky_append)
-    return down
-
-
 def test_a_stop_the_store_kept_from_being_said_is_said_once_it_answers(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -135,10 +107,8 @@ def test_a_stop_the_store_kept_from_being_said_is_said_once_it_answers(
     # word and says it before its next resume counts (a worker's next claim, a caller's retry).
     loop = _plain(max_crashes=0)
     with lw.Runtime(url) as rt:
-        down = _outage(rt, monkeypatch)
-        with pytest.raises(lw.StoreUnavailableError, match="injected"):
-            rt.run_sync(loop, TASK, task_key="unsaid")
-        run = rt.store.get_run("unsaid")
+        down, [run_id] = stopped_in_an_outage(rt, monkeypatch, loop, "unsaid")
+        run = rt.store.get_run(run_id)
         assert run.status == "running"
         assert "interrupted" not in [e.kind for e in rt.store.events(run.run_id)]
         down[0] = False
@@ -156,11 +126,8 @@ def test_a_stop_the_store_kept_from_being_said_counts_for_another_process(
     # (docs/concepts.md). Once said, later counts leave it out.
     loop = _plain(max_crashes=0)
     with lw.Runtime(url) as rt:
-        down = _outage(rt, monkeypatch)
-        with pytest.raises(lw.StoreUnavailableError, match="injected"):
-            rt.run_sync(loop, TASK, task_key="exited")
+        down, [run_id] = stopped_in_an_outage(rt, monkeypatch, loop, "exited")
         down[0] = False
-        run_id = rt.store.get_run("exited").run_id
         with lw.Runtime(url) as other:
             r = other.resume_sync(run_id, loop)
         assert (r.status, r.packet["evidence"]["crashes"]) == ("escalated", 1), r.packet

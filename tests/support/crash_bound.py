@@ -1,6 +1,6 @@
 """The crash bound's tests (crash53, crash54): a loop that edits ``doc.n`` to the cycle and is
-accepted at 3, a run's lease let lapse with no waiting, and an executor stalled past its lease
-in a thread of its own until the test has acted."""
+accepted at 3, a run's lease let lapse with no waiting, an executor stalled past its lease in a
+thread of its own until the test has acted, and runs stopped alive by the store going down."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+
+import pytest
 
 import loopwright as lw
 
@@ -81,3 +83,46 @@ def stalled_past_its_lease(
         go.set()
         t.join()
     assert isinstance(ended[0], lw.StaleLeaseError), ended
+
+
+def outage(rt: lw.Runtime, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """While ``down[0]``: the commit of cycle 3 fails, and so does a word said after it (the
+    store down as the execution stops); set it False and the store answers again."""
+    one, many, append = rt.store.commit_request, rt.store.commit_many, rt.store.append_events
+    down = [True]
+
+    def fails(cycle: int) -> None:
+        if down[0] and cycle >= 3:
+            raise lw.StoreUnavailableError("connection refused (injected)")
+
+    def flaky_one(req: Any) -> Any:
+        fails(req.cycle)
+        return one(req)
+
+    def flaky_many(reqs: list[Any]) -> Any:
+        fails(max(r.cycle for r in reqs))
+        return many(reqs)
+
+    def flaky_append(run_id: str, events: Any) -> None:
+        fails(max(e.cycle for e in events) + 1)  # (a word at cycle 2: said in cycle 3)
+        append(run_id, events)
+
+    monkeypatch.setattr(rt.store, "commit_request", flaky_one)
+    monkeypatch.setattr(rt.store, "commit_many", flaky_many)
+    monkeypatch.setattr(rt.store, "append_events", flaky_append)
+    return down
+
+
+def stopped_in_an_outage(
+    rt: lw.Runtime, monkeypatch: pytest.MonkeyPatch, loop: lw.Loop, *keys: str
+) -> tuple[list[bool], list[str]]:
+    """A run of ``loop`` for each task key of ``keys``, each stopped alive in cycle 3 by the
+    store going down (``outage``: ``StoreUnavailableError`` raised), its word unsaid; the
+    outage's switch and the runs' ids."""
+    down = outage(rt, monkeypatch)
+    ids = []
+    for key in keys:
+        with pytest.raises(lw.StoreUnavailableError, match="injected"):
+            rt.run_sync(loop, TASK, task_key=key)
+        ids.append(rt.store.get_run(key).run_id)
+    return down, ids
