@@ -14,10 +14,10 @@ from ._plan import STEP_STATUSES
 from ._proposal import Proposal
 from ._state import PlanStep, TaskState, VersionLoader
 
-__all__ = ["_candidate", "_copies"]
+__all__ = ["candidate_of", "verifier_copies"]
 
 
-def _copies(
+def verifier_copies(
     candidate: TaskState, loader: VersionLoader, proposal: Proposal, light: bool, settled: bool
 ) -> tuple[TaskState, Proposal]:
     """A verifier's arguments: its own copies of the candidate and of the proposal (whose
@@ -25,7 +25,7 @@ def _copies(
     return candidate.detached(loader, light=light), proposal if settled else proposal.owned()
 
 
-def _candidate(
+def candidate_of(
     state: TaskState, proposal: Proposal, n: int, changes: Sequence[Any] | None = None
 ) -> TaskState:
     """The state as it would be with ``proposal`` applied in cycle ``n`` (``state`` untouched);

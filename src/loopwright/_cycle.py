@@ -19,7 +19,7 @@ from . import _decide as rules
 from ._actor_context import HELD_OUT_KEY, ActorContext
 from ._call_billing import charge
 from ._call_retry import call_with_retry
-from ._candidate_state import _candidate, _copies
+from ._candidate_state import candidate_of, verifier_copies
 from ._effects import EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
@@ -296,7 +296,7 @@ class Cycle(ActorContext):
                 and effective in rejected
             )
         )
-        candidate = _candidate(s, proposal, n, changes)
+        candidate = candidate_of(s, proposal, n, changes)
         visible: dict[str, Verdict] = {}
         held: dict[str, Verdict] = {}
 
@@ -326,7 +326,8 @@ class Cycle(ActorContext):
                     )
             light = not check.held_out
             scope = f"verifier:{check.name}"  # (its name in the calls, the journal, the budget)
-            own = partial(_copies, candidate, loader, proposal, light, settled)  # its copies
+            # its copies
+            own = partial(verifier_copies, candidate, loader, proposal, light, settled)
             try:
                 verdict, secs = await call_with_retry(
                     self.store,

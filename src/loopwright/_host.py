@@ -88,13 +88,11 @@ class RuntimeHost:
         owner take its own lease) and handed it back, the new execution fenced out mid-cycle
         (review54a). The run is returned counted as driven: the caller lets it go
         (``_undrive``)."""
-        if not self.store.concurrent_writers:
-            taken = self._take_lease(run_id)
-            self._driving[run_id] += 1
-            return taken
         self._refuse_driven(run_id)
         self._driving[run_id] += 1
         try:
+            if not self.store.concurrent_writers:
+                return self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s)
             token: int = await in_store_thread(
                 self.store.acquire_lease,
                 run_id,

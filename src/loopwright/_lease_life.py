@@ -90,12 +90,11 @@ class LeaseLife(RuntimeHost):
         if not ex.lost:
             with contextlib.suppress(Exception):
                 try:
-                    if self.store.concurrent_writers and not cancelled:
-                        # (from a thread: a release waiting on the run's row lock held
-                        # every run of the event loop; evloop53)
-                        await in_store_thread(self.store.release_lease, ex.run_id, ex.token)
-                    else:  # (cancelled: here, where no cancellation reaches it)
+                    if cancelled:  # (here, where no cancellation reaches it)
                         self.store.release_lease(ex.run_id, ex.token)
+                    else:  # (from a thread where a release can wait on the run's row
+                        # lock, which held every run of the event loop; evloop53)
+                        await written(self.store, self.store.release_lease, ex.run_id, ex.token)
                 except asyncio.CancelledError:
                     cancelled = True
                     self.store.release_lease(ex.run_id, ex.token)  # (fenced: once)

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._authority import EARNED_BY, audit, expire
-from ._candidate_state import _candidate
+from ._candidate_state import candidate_of
 from ._edit_check import CHECK_ONLY, effects_behind, judge, owed_after, say_behind
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError, RunNotFoundError
@@ -439,7 +439,7 @@ class Parking(RuntimeHost):
             visible,
             held,
             time.perf_counter(),
-            _candidate(s, proposal, n),
+            candidate_of(s, proposal, n),
             # (a check-only cycle proposed nothing: never a duplicate)
             not ex.check_only and bool(pend.get("duplicate", digest in s.rejected)),
             calls,

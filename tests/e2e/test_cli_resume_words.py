@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import loopwright as lw
 from loopwright.store import open_store
@@ -157,3 +160,43 @@ def test_dollars_read_one_way_for_nothing_and_for_millionths(tmp_path: Path) -> 
         assert not re.search(r"\$0\.0+(?![0-9])", out), out  # zeros that say nothing
     for out in (ran.stdout, runs):  # their "spend $" / "cost $" columns (no rates there)
         assert not re.search(r"\b0\.0+(?![0-9])", out), out
+
+
+def test_resume_all_reads_a_run_it_skips_as_held_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The refusal's line (who holds the run, for how long) and its hint (how to follow it) were
+    # each read from the store: the skipped run read twice. One read says both.
+    from loopwright._engine import Runtime
+    from loopwright.cli import main
+    from loopwright.store._sql_runs import RunsSQL
+
+    project = _project(tmp_path)
+    [held] = _queue(project, {"id": "h", **DOC})
+    with lw.Runtime(str(project / "s.db")) as rt:  # another process holds it
+        rt.store.acquire_lease(held, "elsewhere:4242:ab12:x", 3600.0)
+    refused: list[str] = []
+    reads: list[str] = []  # the runs read once the resume was refused
+    get_run, resume = RunsSQL.get_run, Runtime.resume
+
+    def counted(self: RunsSQL, run_id: str) -> lw.RunRecord:
+        if refused:
+            reads.append(run_id)
+        return get_run(self, run_id)
+
+    async def noted(self: Runtime, run_id: str, loop: lw.Loop, **kw: Any) -> lw.RunResult:
+        try:
+            return await resume(self, run_id, loop, **kw)
+        except lw.ConflictError:
+            refused.append(run_id)
+            raise
+
+    monkeypatch.setattr(RunsSQL, "get_run", counted)
+    monkeypatch.setattr(Runtime, "resume", noted)
+    monkeypatch.chdir(project)
+    assert main(["resume", "--all", "--store", "s.db"]) == 2
+    out = capsys.readouterr().out
+    [skip] = [x for x in out.splitlines() if x.startswith("skipped ")]
+    assert skip.startswith(f"skipped {held[:12]} (never:h): held by pid 4242 on host elsewhere (")
+    assert "another process is driving it: follow it with `loopwright show" in skip, skip
+    assert refused == [held] and reads == [held], reads

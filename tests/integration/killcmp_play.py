@@ -16,24 +16,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from crashpoints.killpoint import PHASES as CYCLE_PHASES
+
 sys.path.insert(0, str(Path(__file__).resolve().parent / "killcmp"))
 from kc import TASK
 
 HERE = Path(__file__).resolve().parent
 RUNNER = HERE / "killcmp" / "runner.py"
 KEY = "KC-54"
-# The phase boundaries (``crashpoints/killpoint.PHASES``) and the check-only cycle's own.
-PHASES = (
-    "before_actor",
-    "after_actor",
-    "before_effect_intent",
-    "after_effect_intent",
-    "before_effect_result",
-    "after_effect_result",
-    "before_checkpoint",
-    "after_checkpoint",
-    "before_check",
-)
+# The phase boundaries a cycle reports (``crashpoints/killpoint.PHASES``) and the check-only
+# cycle's own.
+PHASES = (*CYCLE_PHASES, "before_check")
 Point = tuple[str, int]
 
 # The scenario: a person's correction in memory, the run (it parks on the payment), a second

@@ -18,31 +18,15 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support.crash_bound import TASK, doc_loop, expire
 
 import loopwright as lw
 
 TIMES = 10  # twice the default bound: each would have been a crash
-TASK: dict[str, Any] = {"artifacts": {"doc": {"n": 0}}}
 
 
 def _loop(fault: Callable[[lw.Context], None]) -> lw.Loop:
-    """``doc.n`` edited to the cycle; accepted at 3. ``fault`` is called before each actor's
-    answer."""
-
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        fault(ctx)
-        return lw.Proposal(edits=(lw.Edit("doc", "n", ctx.cycle),))
-
-    def done(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        n = int(state.values()["doc"].get("n", 0))
-        return lw.Verdict(passed=n == 3, score=n / 3)
-
-    return lw.Loop(
-        name="alive",
-        actor=actor,
-        verifiers=[done],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=10)),
-    )
+    return doc_loop("alive", fault)
 
 
 def _accepted(rt: lw.Runtime, key: str, said: int = TIMES) -> set[str]:
@@ -107,16 +91,6 @@ def test_a_store_failing_under_the_run_is_no_crash(
         assert _accepted(rt, "outage") == {"store unavailable"}
 
 
-def _expire(rt: lw.Runtime, run_id: str) -> None:
-    """The run's lease lapsed, as it does once its holder stalls past its TTL (no waiting)."""
-    store: Any = rt.store
-    with store._tx() as conn:
-        conn.execute(
-            f"UPDATE runs SET lease_expires_at = {store._MARK} WHERE run_id = {store._MARK}",
-            (store.clock() - 1, run_id),
-        )
-
-
 def test_a_stalled_executor_taken_over_is_no_crash(url: str) -> None:
     # Executor i stalls in its actor at cycle 2 (held on an event, its heartbeat with it) until
     # executor i + 1 has taken the run over (the lease lapsed) and stalls in turn; then i goes
@@ -169,7 +143,7 @@ def _take_over_in_turn(
     before: threading.Thread | None = None
     for name, (entered, _go) in stalls.items():
         if before is not None:
-            _expire(rt, run_id)
+            expire(rt, run_id)
         t = threading.Thread(target=drive, name=name, daemon=True)
         t.start()
         # (before the fix, the 7th resume ended the run escalated: it never stalls)
@@ -181,7 +155,7 @@ def _take_over_in_turn(
             assert isinstance(ended[before.name], lw.StaleLeaseError), ended[before.name]
         before = t
     assert before is not None
-    _expire(rt, run_id)
+    expire(rt, run_id)
     r = rt.resume_sync(run_id, loop)  # takes the last one over and finishes the run
     stalls[before.name][1].set()
     before.join()

@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 import pytest
-from test_crash_bound_alive import TASK, _expire
+from support.crash_bound import TASK, doc_loop, stalled_past_its_lease, stopped_in_an_outage
 
 import loopwright as lw
 from loopwright.store import NewEvent
@@ -26,42 +26,19 @@ def _loop(
     ``stalled`` it waits for it instead (its heartbeat with it: the same thread)."""
     held = threading.Event()
 
-    def actor(ctx: lw.Context) -> lw.Proposal:
+    def fault(ctx: lw.Context) -> None:
         if ctx.cycle == 3:
             if stall is None:
                 raise KeyboardInterrupt
             if threading.current_thread().name == "stalled":
                 held.set()
                 stall.wait()
-        return lw.Proposal(edits=(lw.Edit("doc", "n", ctx.cycle),))
 
-    def done(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        n = int(state.values()["doc"].get("n", 0))
-        return lw.Verdict(passed=n == 3, score=n / 3)
-
-    loop = lw.Loop(
-        name="edges",
-        actor=actor,
-        verifiers=[done],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=10, max_crashes=max_crashes)),
-    )
-    return loop, held
+    return doc_loop("edges", fault, max_crashes=max_crashes), held
 
 
 def _plain(max_crashes: int) -> lw.Loop:
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        return lw.Proposal(edits=(lw.Edit("doc", "n", ctx.cycle),))
-
-    def done(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        n = int(state.values()["doc"].get("n", 0))
-        return lw.Verdict(passed=n == 3, score=n / 3)
-
-    return lw.Loop(
-        name="edges",
-        actor=actor,
-        verifiers=[done],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=10, max_crashes=max_crashes)),
-    )
+    return doc_loop("edges", max_crashes=max_crashes)
 
 
 def test_a_person_between_executions_leaves_the_concluders_word_its_own(url: str) -> None:
@@ -72,30 +49,11 @@ def test_a_person_between_executions_leaves_the_concluders_word_its_own(url: str
     # less one", the person's lease, and with ``max_crashes = 0`` the run ended escalated.
     go = threading.Event()
     loop, held = _loop(max_crashes=0, stall=go)
-    ended: list[BaseException | lw.RunResult] = []
-
-    def drive() -> None:
-        try:
-            with lw.Runtime(url) as rt:
-                ended.append(rt.resume_sync(run_id, loop))
-        except BaseException as exc:  # (read by the test)
-            ended.append(exc)
-
     with lw.Runtime(url) as rt:
-        run_id = rt.create(loop, TASK, task_key="person")[0].run_id
-        t = threading.Thread(target=drive, name="stalled", daemon=True)
-        t.start()
-        try:
-            while not held.wait(0.05):
-                assert t.is_alive(), ended
-            _expire(rt, run_id)
+        with stalled_past_its_lease(url, rt, loop, held, go, "person") as run_id:
             with pytest.raises(lw.ConfigError):
                 rt.settle_effect(run_id, "nothing-in-doubt", done=True, by="ops")
             assert rt.store.get_run(run_id).lease_owner is None  # (handed back)
-        finally:
-            go.set()
-            t.join()
-        assert isinstance(ended[0], lw.StaleLeaseError), ended
         events = rt.store.events(run_id)
         [word] = [e for e in events if e.kind == "interrupted"]
         assert word.data["why"] == "lease lost"
@@ -140,34 +98,6 @@ def test_a_run_ended_by_a_commit_whose_answer_was_lost_is_not_said_interrupted(
         assert kinds[-1] == "stopped" and "interrupted" not in kinds, kinds
 
 
-def _outage(rt: lw.Runtime, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """While ``down[0]``: the commit of cycle 3 fails, and so does a word said after it (the
-    store down as the execution stops); set it False and the store answers again."""
-    one, many, append = rt.store.commit_request, rt.store.commit_many, rt.store.append_events
-    down = [True]
-
-    def fails(cycle: int) -> None:
-        if down[0] and cycle >= 3:
-            raise lw.StoreUnavailableError("connection refused (injected)")
-
-    def flaky_one(req: Any) -> Any:
-        fails(req.cycle)
-        return one(req)
-
-    def flaky_many(reqs: list[Any]) -> Any:
-        fails(max(r.cycle for r in reqs))
-        return many(reqs)
-
-    def flaky_append(run_id: str, events: Any) -> None:
-        fails(max(e.cycle for e in events) + 1)  # (a word at cycle 2: said in cycle 3)
-        append(run_id, events)
-
-    monkeypatch.setattr(rt.store, "commit_request", flaky_one)
-    monkeypatch.setattr(rt.store, "commit_many", flaky_many)
-    monkeypatch.setattr(rt.store, "append_events", flaky_append)
-    return down
-
-
 def test_a_stop_the_store_kept_from_being_said_is_said_once_it_answers(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -177,10 +107,8 @@ def test_a_stop_the_store_kept_from_being_said_is_said_once_it_answers(
     # word and says it before its next resume counts (a worker's next claim, a caller's retry).
     loop = _plain(max_crashes=0)
     with lw.Runtime(url) as rt:
-        down = _outage(rt, monkeypatch)
-        with pytest.raises(lw.StoreUnavailableError, match="injected"):
-            rt.run_sync(loop, TASK, task_key="unsaid")
-        run = rt.store.get_run("unsaid")
+        down, [run_id] = stopped_in_an_outage(rt, monkeypatch, loop, "unsaid")
+        run = rt.store.get_run(run_id)
         assert run.status == "running"
         assert "interrupted" not in [e.kind for e in rt.store.events(run.run_id)]
         down[0] = False
@@ -198,11 +126,8 @@ def test_a_stop_the_store_kept_from_being_said_counts_for_another_process(
     # (docs/concepts.md). Once said, later counts leave it out.
     loop = _plain(max_crashes=0)
     with lw.Runtime(url) as rt:
-        down = _outage(rt, monkeypatch)
-        with pytest.raises(lw.StoreUnavailableError, match="injected"):
-            rt.run_sync(loop, TASK, task_key="exited")
+        down, [run_id] = stopped_in_an_outage(rt, monkeypatch, loop, "exited")
         down[0] = False
-        run_id = rt.store.get_run("exited").run_id
         with lw.Runtime(url) as other:
             r = other.resume_sync(run_id, loop)
         assert (r.status, r.packet["evidence"]["crashes"]) == ("escalated", 1), r.packet
@@ -227,33 +152,14 @@ def test_a_stalled_executor_is_counted_by_its_taker_until_it_says_otherwise(url:
 
     go = threading.Event()
     loop, held = _loop(max_crashes=0, stall=go)
-    ended: list[BaseException | lw.RunResult] = []
-
-    def drive() -> None:
-        try:
-            with lw.Runtime(url) as rt:
-                ended.append(rt.resume_sync(run_id, loop))
-        except BaseException as exc:  # (read by the test)
-            ended.append(exc)
-
     with lw.Runtime(url) as rt:
-        run_id = rt.create(loop, TASK, task_key="stalled")[0].run_id
-        t = threading.Thread(target=drive, name="stalled", daemon=True)
-        t.start()
-        try:
-            while not held.wait(0.05):
-                assert t.is_alive(), ended
-            _expire(rt, run_id)
+        with stalled_past_its_lease(url, rt, loop, held, go, "stalled") as run_id:
             token = rt.store.get_run(run_id).fencing_token
             assert crashes_at(rt.store, run_id, 2, token + 1) == 1  # (a taker's count now)
             taker = rt.store.acquire_lease(run_id, "taker", 60)
             # (the taker's start, as its execution commits it, before A wakes)
             rt.store.append_events(run_id, [NewEvent(2, "resumed", {"lease": taker})])
             assert crashes_at(rt.store, run_id, 2, taker + 1) == 2  # (A and the taker)
-        finally:
-            go.set()
-            t.join()
-        assert isinstance(ended[0], lw.StaleLeaseError), ended
         # A's word, late, after the taker's start: written all the same (not fenced: A no
         # longer holds the lease), and read by its lease, not where it lies
         kinds = [(e.kind, e.data.get("lease")) for e in rt.store.events(run_id)]

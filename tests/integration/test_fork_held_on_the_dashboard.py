@@ -6,14 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi.testclient import TestClient
-from test_fork_maker_starts import _paid_run, _poll_once
+from support.dashboard import AUTH, dashboard, listed_runs, rerun
+from test_fork_maker_starts import _paid_file_run, _paid_run, _poll_once
 
 import loopwright as lw
-from loopwright.web import create_app
-
-TOKEN = "server-token-0123456789"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def test_a_rerun_asked_to_start_where_the_server_has_not_its_loop_is_the_pools(
@@ -22,13 +18,8 @@ def test_a_rerun_asked_to_start_where_the_server_has_not_its_loop_is_the_pools(
     # A run started from Python: the server cannot resume its rerun (no spec file). Before,
     # the rerun asked to start ("start": true) was left to its maker like any fork: nobody
     # started it, and the page said a thread of the server would.
-    url = f"sqlite:///{tmp_path / 's.db'}"
-    with lw.Runtime(url) as rt:
-        r, loop, _bank = _paid_run(rt)
-    c = TestClient(create_app(url, token=TOKEN), base_url="http://127.0.0.1")
-    got = c.post(f"/api/runs/{r.run_id}/rerun", json={"at_cycle": 1, "start": True}, headers=AUTH)
-    assert got.status_code == 200, got.text
-    new = got.json()["run"]["run_id"]
+    url, r, loop, _bank = _paid_file_run(tmp_path)
+    new = rerun(dashboard(url), r.run_id, at_cycle=1, start=True)["run"]["run_id"]
     with lw.Runtime(url) as rt:
         [ended] = _poll_once(rt, loop)  # a worker serving the store, with the loop, starts it
         assert ended.run_id == new and ended.status == "accepted", ended.packet
@@ -48,15 +39,13 @@ def test_a_fork_paused_and_unpaused_before_its_start_says_how_to_start_it(
         got = rt.store.get_run(fork.run_id)
         assert (got.status, got.maker_starts, got.open_requests) == ("awaiting_approval", True, 0)
         assert _poll_once(rt, loop) == []
-    c = TestClient(create_app(url, token=TOKEN), base_url="http://127.0.0.1")
+    c = dashboard(url)
     said = f"fork, not started: start it with Runtime.resume({fork.run_id[:12]!r}, loop)"
     assert (
         c.get(f"/api/runs/{fork.run_id}", headers=AUTH).json()["run"]["stop_words"].startswith(said)
     )
     assert said.replace("'", "&#39;") in c.get(f"/runs/{fork.run_id}", headers=AUTH).text
-    listed = c.get("/api/runs", headers=AUTH).json()
-    rows = listed["runs"] if isinstance(listed, dict) else listed
-    [row] = [x for x in rows if x["run_id"] == fork.run_id]
+    [row] = [x for x in listed_runs(c) if x["run_id"] == fork.run_id]
     assert row["stop_words"].startswith(said), row
 
 
@@ -65,14 +54,9 @@ def test_a_rerun_not_started_says_maker_starts_in_its_response_and_the_list(
 ) -> None:
     # ui.md: the rerun returns the new ``run`` with ``maker_starts`` true; the response (and
     # ``/api/runs``, a list of the same summaries) had no such key, only ``/api/runs/{id}``.
-    url = f"sqlite:///{tmp_path / 's.db'}"
-    with lw.Runtime(url) as rt:
-        r, _loop, _bank = _paid_run(rt)
-    c = TestClient(create_app(url, token=TOKEN), base_url="http://127.0.0.1")
-    got = c.post(f"/api/runs/{r.run_id}/rerun", json={"at_cycle": 1, "start": False}, headers=AUTH)
-    assert got.status_code == 200, got.text
-    new = got.json()["run"]
+    url, r, _loop, _bank = _paid_file_run(tmp_path)
+    c = dashboard(url)
+    new = rerun(c, r.run_id, at_cycle=1, start=False)["run"]
     assert new["maker_starts"] is True
-    listed = c.get("/api/runs", headers=AUTH).json()
-    rows = listed["runs"] if isinstance(listed, dict) else listed
-    assert {x["run_id"]: x["maker_starts"] for x in rows} == {r.run_id: False, new["run_id"]: True}
+    listed = {x["run_id"]: x["maker_starts"] for x in listed_runs(c)}
+    assert listed == {r.run_id: False, new["run_id"]: True}

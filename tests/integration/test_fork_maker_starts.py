@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from doc_loop import TARGET, TASK
+from support.dashboard import AUTH, dashboard, rerun
 from test_effects_engine import Payments, Script, make_loop, with_effects
 from test_pg_claim_scale import _claim_cost, _create
 
@@ -40,6 +41,13 @@ def _paid_run(rt: lw.Runtime) -> tuple[lw.RunResult, lw.Loop, Payments]:
     assert r.status == "accepted", r.packet
     assert len(bank.executed) == 1
     return r, loop, bank
+
+
+def _paid_file_run(tmp_path: Path) -> tuple[str, lw.RunResult, lw.Loop, Payments]:
+    """``_paid_run`` on a SQLite file in ``tmp_path`` (a dashboard's store): its URL first."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with lw.Runtime(url) as rt:
+        return (url, *_paid_run(rt))
 
 
 def _poll_once(rt: lw.Runtime, loop: lw.Loop) -> list[lw.RunResult]:
@@ -219,22 +227,9 @@ def test_the_dashboards_rerun_not_started_is_left_and_says_how_to_start_it(
 ) -> None:
     # A rerun asked not to start (``"start": false``) is a fork like any: no worker takes it,
     # and the run page and the API say how to start it.
-    from fastapi.testclient import TestClient
-
-    from loopwright.web import create_app
-
-    url = f"sqlite:///{tmp_path / 's.db'}"
-    with lw.Runtime(url) as rt:
-        r, loop, bank = _paid_run(rt)
-    token = "server-token-0123456789"
-    c = TestClient(create_app(url, token=token), base_url="http://127.0.0.1")
-    got = c.post(
-        f"/api/runs/{r.run_id}/rerun",
-        json={"at_cycle": 0, "start": False},
-        headers={"Authorization": f"Bearer {token}"},
-    )
-    assert got.status_code == 200, got.text
-    new = got.json()["run"]["run_id"]
+    url, r, loop, bank = _paid_file_run(tmp_path)
+    c = dashboard(url)
+    new = rerun(c, r.run_id, at_cycle=0, start=False)["run"]["run_id"]
     with lw.Runtime(url) as rt:
         assert rt.store.get_run(new).maker_starts
         assert _poll_once(rt, loop) == []
@@ -250,21 +245,12 @@ def test_an_api_rerun_queued_is_the_pools_to_start(tmp_path: Path) -> None:
     # (crash54) ``"queue": true`` hands the rerun to the worker pool (``fork(queue=True)``):
     # the API had no such field (400 "unknown field"), so a client could only start it on
     # the dashboard's server or leave it to a person's resume.
-    from fastapi.testclient import TestClient
-
-    from loopwright.web import create_app
-
-    url = f"sqlite:///{tmp_path / 's.db'}"
-    with lw.Runtime(url) as rt:
-        r, loop, _bank = _paid_run(rt)
-    token = "server-token-0123456789"
-    c = TestClient(create_app(url, token=token), base_url="http://127.0.0.1")
-    auth = {"Authorization": f"Bearer {token}"}
+    url, r, loop, _bank = _paid_file_run(tmp_path)
+    c = dashboard(url)
     api = f"/api/runs/{r.run_id}/rerun"
-    got = c.post(api, json={"at_cycle": 1, "queue": True}, headers=auth)
-    assert got.status_code == 200, got.text
-    new = got.json()["run"]["run_id"]
-    assert "queued" in got.json()["message"]
+    got = rerun(c, r.run_id, at_cycle=1, queue=True)
+    new = got["run"]["run_id"]
+    assert "queued" in got["message"]
     with lw.Runtime(url) as rt:
         made = rt.store.get_run(new)
         assert (made.status, made.maker_starts) == ("pending", False)
@@ -275,5 +261,5 @@ def test_an_api_rerun_queued_is_the_pools_to_start(tmp_path: Path) -> None:
         ({"queue": "yes"}, "queue must be true or false"),
         ({"queue": True, "start": True}, "not both"),
     ):
-        bad = c.post(api, json=body, headers=auth)
+        bad = c.post(api, json=body, headers=AUTH)
         assert bad.status_code == 400 and said in bad.json()["detail"], bad.text

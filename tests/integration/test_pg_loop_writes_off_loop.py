@@ -18,81 +18,11 @@ import threading
 from typing import Any
 
 import pytest
+from support.row_locks import PATIENCE, BesideHeld, RowHolder, capped_loop, never, until
 
 import loopwright as lw
 
 pytestmark = pytest.mark.postgres
-
-PATIENCE = 60.0  # a bound only a stall reaches (never a measurement)
-
-
-class _Holder:
-    """Another session (a person in psql, the dashboard) holding one run's row locked until
-    ``free`` is set, or the patience runs out (then ``held_to_the_end`` says so)."""
-
-    def __init__(self, base: str, schema: str) -> None:
-        self.base, self.schema = base, schema
-        self.locked, self.free = threading.Event(), threading.Event()
-        self.gone = threading.Event()  # the lock let go
-        self.held_to_the_end: list[bool] = []
-        self.pid = 0
-
-    def hold(self, run_id: str) -> None:
-        import psycopg
-        from psycopg import sql
-
-        conn = psycopg.connect(self.base)
-        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
-        conn.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (run_id,))
-        self.pid = conn.info.backend_pid
-
-        def keep() -> None:
-            self.held_to_the_end.append(not self.free.wait(PATIENCE))  # (a stall guard)
-            conn.rollback()
-            conn.close()
-            self.gone.set()
-
-        threading.Thread(target=keep, daemon=True).start()
-        self.locked.set()
-
-    def holding(self) -> bool:
-        return self.locked.is_set() and not self.gone.is_set()
-
-    def someone_waits(self) -> bool:
-        """Whether a session waits on the lock held (the run's own write, blocked)."""
-        import psycopg
-
-        with psycopg.connect(self.base, autocommit=True) as c:
-            [(n,)] = c.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-                (self.pid,),
-            ).fetchall()
-        return bool(n)
-
-
-def _never(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
-    return lw.Verdict(passed=False, score=0.0)  # never accepted: runs to its cycle cap
-
-
-def _loop(name: str, actor: Any, cycles: int) -> lw.Loop:
-    return lw.Loop(
-        name=name,
-        actor=actor,
-        verifiers=[_never],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
-    )
-
-
-async def _until(cond: Any, *also: threading.Event) -> bool:
-    """Polls ``cond()`` on the event loop (a stall of the loop stops it too) until it holds,
-    one of ``also`` is set, or the patience runs out; whether it held."""
-    for _ in range(int(PATIENCE * 50)):
-        if cond():
-            return True
-        if any(e.is_set() for e in also):
-            return False
-        await asyncio.sleep(0.02)
-    return False
 
 
 def _side_by_side(
@@ -117,41 +47,17 @@ def test_a_lease_take_waiting_on_its_row_lock_holds_no_other_run(
 ) -> None:
     """B is resumed (its lease taken) while another session holds B's row: A, running beside
     it in the same event loop, commits its next checkpoints meanwhile."""
-    holder = _Holder(*pg_schema)
-    a_at_2 = threading.Event()
-    waited: list[bool] = []  # whether B's lease take was seen waiting on the lock
-    a_cycles_while_held: list[int] = []
-
-    async def actor(ctx: lw.Context) -> lw.Proposal:
-        if ctx.task.get("first") and ctx.cycle == 2:
-            a_at_2.set()
-            # A goes on only once B's lease take waits on B's row (seen from the server)
-            waited.append(await _until(holder.someone_waits, holder.gone))
-        held = holder.holding()
-        if ctx.task.get("first") and ctx.cycle > 2 and held:
-            a_cycles_while_held.append(ctx.cycle)
-        return lw.Proposal.edit("doc", {"a": ctx.cycle})
-
-    loop = _loop("take", actor, 5)
+    holder = RowHolder(*pg_schema)
+    beside = BesideHeld(holder, holder.someone_waits)  # B's lease take waits on its row
+    loop = capped_loop("take", beside.actor, 5)
     task = {"artifacts": {"doc": {"a": 0}}}
     try:
         with lw.Runtime(pg_url) as rt:
             a = rt.create(loop, {**task, "first": True}, task_key="a")[0].run_id
             b = rt.create(loop, task, task_key="b")[0].run_id
-
-            async def main() -> None:
-                run_a = asyncio.create_task(rt.resume(a, loop))
-                run_a.add_done_callback(lambda _t: holder.free.set())
-                assert await _until(a_at_2.is_set)
-                holder.hold(b)
-                run_b = asyncio.create_task(rt.resume(b, loop))
-                await asyncio.wait([run_a, run_b])
-                run_a.result()
-                run_b.result()
-
-            asyncio.run(main())
-            assert waited == [True]  # B's take waited on its row...
-            assert a_cycles_while_held == [3, 4, 5]  # ...while A drove three more cycles
+            beside.drive(rt, loop, a, b, before_b=lambda: holder.hold(b)).result()
+            assert beside.waited == [True]  # B's take waited on its row...
+            assert beside.cycles_while_held == [3, 4, 5]  # ...while A drove three more cycles
             assert holder.held_to_the_end == [False]  # A ended with B's row still held
             assert [rt.store.get_run(r).cycle for r in (a, b)] == [5, 5]
     finally:
@@ -164,7 +70,7 @@ def test_a_drained_event_waiting_on_its_row_lock_holds_no_other_run(
     """The runtime drains as A's cycle 2 is durable and another session takes A's row: A's
     ``drained`` event waits on it; B, beside it in its first cycle, drives that cycle to its
     end and drains."""
-    holder = _Holder(*pg_schema)
+    holder = RowHolder(*pg_schema)
     ids: dict[str, str] = {}
     b_while_held: list[int] = []  # B's checkpoints made while A's row is held
     b_started = threading.Event()
@@ -182,12 +88,12 @@ def test_a_drained_event_waiting_on_its_row_lock_holds_no_other_run(
             # B's first cycle ends once A's row is held and the runtime drains, A's second
             # once B's first has started (each wait bounded: a stall guard)
             b_started.set()
-            await _until(holder.locked.is_set)
+            await until(holder.locked.is_set)
         elif ctx.cycle == 2:
-            await _until(b_started.is_set)
+            await until(b_started.is_set)
         return lw.Proposal.edit("doc", {"a": ctx.cycle})
 
-    loop = _loop("drain", actor, 5)
+    loop = capped_loop("drain", actor, 5)
     task = {"artifacts": {"doc": {"a": 0}}}
     try:
         with lw.Runtime(pg_url, on_progress=progress) as rt:
@@ -210,7 +116,7 @@ def test_a_compensation_journaled_while_its_row_is_locked_holds_no_other_run(
     """A cancelled run undoes its payment as it resumes, beside B; another session takes A's
     row as the refund's result is journaled: A's next journal writes (the payment's claim and
     entry marked compensated) wait on it, and B drives its cycles meanwhile."""
-    holder = _Holder(*pg_schema)
+    holder = RowHolder(*pg_schema)
     refunded: list[str] = []
     b_while_held: list[int] = []
     ids: dict[str, str] = {}
@@ -241,19 +147,19 @@ def test_a_compensation_journaled_while_its_row_is_locked_holds_no_other_run(
 
     async def other(ctx: lw.Context) -> lw.Proposal:
         if ctx.cycle == 2:
-            await _until(holder.locked.is_set)  # (bounded: a stall guard)
+            await until(holder.locked.is_set)  # (bounded: a stall guard)
         return lw.Proposal.edit("doc", {"a": ctx.cycle})
 
     allow = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
     paying = lw.Loop(
         name="pay",
         actor=payer,
-        verifiers=[_never],
+        verifiers=[never],
         effects=(pay,),
         approvals=allow,
         contract=lw.Contract(budget=lw.Budget(max_cycles=4)),
     )
-    loop = _loop("other", other, 4)
+    loop = capped_loop("other", other, 4)
     task = {"artifacts": {"doc": {"a": 0}}}
     try:
         with lw.Runtime(pg_url, on_progress=progress) as rt:
@@ -282,7 +188,7 @@ def test_a_resume_cancelled_while_its_lease_is_taken_in_a_thread_hands_it_back(
     TTL (an hour here)."""
     started, go = threading.Event(), threading.Event()
 
-    loop = _loop("cancelled", lambda ctx: lw.Proposal.edit("doc", {"a": ctx.cycle}), 2)
+    loop = capped_loop("cancelled", lambda ctx: lw.Proposal.edit("doc", {"a": ctx.cycle}), 2)
     with lw.Runtime(pg_url, lease_ttl_s=3600) as rt:
         run = rt.create(loop, {"artifacts": {"doc": {"a": 0}}}, task_key="c")[0].run_id
         take = rt.store.acquire_lease
@@ -297,13 +203,13 @@ def test_a_resume_cancelled_while_its_lease_is_taken_in_a_thread_hands_it_back(
 
         async def main() -> None:
             resuming = asyncio.create_task(rt.resume(run, loop))
-            assert await _until(started.is_set)
+            assert await until(started.is_set)
             resuming.cancel()
             go.set()
             with pytest.raises(asyncio.CancelledError):
                 await resuming
             # (handed back from a store thread: waited for, bounded)
-            assert await _until(lambda: rt.store.get_run(run).lease_owner is None)
+            assert await until(lambda: rt.store.get_run(run).lease_owner is None)
 
         try:
             asyncio.run(main())

@@ -12,7 +12,7 @@ import asyncio
 import threading
 
 import pytest
-from test_pg_loop_writes_off_loop import PATIENCE, _loop, _until
+from support.row_locks import PATIENCE, capped_loop, until
 
 import loopwright as lw
 
@@ -29,10 +29,10 @@ def test_a_resume_while_a_cancelled_take_is_in_flight_is_refused_not_fenced_out(
         if not go.is_set():
             # (the second resume driving, before the fix: the first take lands now)
             go.set()
-            await _until(handed_back.is_set)
+            await until(handed_back.is_set)
         return lw.Proposal.edit("doc", {"a": ctx.cycle})
 
-    loop = _loop("orphan", actor, 2)
+    loop = capped_loop("orphan", actor, 2)
     with lw.Runtime(pg_url, lease_ttl_s=3600) as rt:
         run = rt.create(loop, {"artifacts": {"doc": {"a": 0}}}, task_key="o")[0].run_id
         take, release = rt.store.acquire_lease, rt.store.release_lease
@@ -54,7 +54,7 @@ def test_a_resume_while_a_cancelled_take_is_in_flight_is_refused_not_fenced_out(
 
         async def main() -> None:
             first = asyncio.create_task(rt.resume(run, loop))
-            assert await _until(started.is_set)
+            assert await until(started.is_set)
             first.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await first
@@ -62,8 +62,8 @@ def test_a_resume_while_a_cancelled_take_is_in_flight_is_refused_not_fenced_out(
             with pytest.raises(lw.ConflictError, match="being executed by this runtime"):
                 await rt.resume(run, loop)
             go.set()
-            assert await _until(handed_back.is_set)
-            assert await _until(lambda: run not in rt._driving)
+            assert await until(handed_back.is_set)
+            assert await until(lambda: run not in rt._driving)
 
         try:
             asyncio.run(main())
@@ -82,7 +82,7 @@ def test_a_resume_while_a_forks_start_waits_off_the_loop_is_refused_not_fenced_o
     Not counted as driven between the take and the drive, it took the lease again, and the
     first execution drove on a stale token (review54a)."""
     marking, go = threading.Event(), threading.Event()
-    loop = _loop("marking", lambda ctx: lw.Proposal.edit("doc", {"a": ctx.cycle}), 2)
+    loop = capped_loop("marking", lambda ctx: lw.Proposal.edit("doc", {"a": ctx.cycle}), 2)
     with lw.Runtime(pg_url, lease_ttl_s=3600) as rt:
         origin = rt.create(loop, {"artifacts": {"doc": {"a": 0}}}, task_key="o")[0].run_id
         fork = rt.fork(origin, 0, task_key="f").run_id
@@ -100,7 +100,7 @@ def test_a_resume_while_a_forks_start_waits_off_the_loop_is_refused_not_fenced_o
 
         async def main() -> lw.RunResult:
             first = asyncio.create_task(rt.resume(fork, loop))
-            assert await _until(marking.is_set)
+            assert await until(marking.is_set)
             try:
                 with pytest.raises(lw.ConflictError, match="being executed by this runtime"):
                     await rt.resume(fork, loop)  # before: driven, on a lease taken again

@@ -10,21 +10,17 @@ too-deeply-nested result and the form's result that is not JSON. SQLite and Post
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
+from support.dashboard import AUTH, dashboard, run_page
+from support.settle_cut import settle_cut_short
 from test_pause_audit import _tok
 from test_refund_settlement import Refunds, refund_dies, settled
 from test_web_settle import _in_doubt
 
 import loopwright as lw
 from loopwright.cli import main
-from loopwright.store._people_sql import PeopleSQL
-from loopwright.web import create_app
 
-SERVER = "server-token-0123456789"
-LOCAL = "http://127.0.0.1"
 COMP = "pay.compensate:pay:I6"
 
 
@@ -69,43 +65,25 @@ def test_the_packet_says_what_was_settled(
     assert main(["show", a, "--store", url]) == 0
     shown = capsys.readouterr().out
     assert "loopwright settle" not in shown and "in_doubt" not in shown
-    c = TestClient(create_app(url, token=SERVER, identity="ana"), base_url=LOCAL)
-    bearer = {"Authorization": f"Bearer {SERVER}"}
-    got = c.get(f"/api/runs/{a}", headers=bearer).json()
+    c = dashboard(url, identity="ana")
+    got = c.get(f"/api/runs/{a}", headers=AUTH).json()
     got.pop("events")  # (the history: it was in doubt, then settled)
     assert "loopwright settle" not in str(got)
     assert got["packet"]["compensations"] == packet["compensations"]
     assert not any(e["in_doubt"] or e["status"] == "in_doubt" for e in got["journal"])
-    c.post("/login", data={"token": SERVER, "next": "/"}, follow_redirects=False)
-    page = c.get(f"/runs/{a}").text.split('<h2 id="events">')[0]
+    page = run_page(c, a, before="events")
     # (its waterfall and events, the history, still say the refund was once in doubt)
     assert "IN DOUBT" not in page and f"loopwright settle {a[:12]} {COMP}" not in page
     assert f"pay — {'done' if done else 'failed'}" in page
 
 
-class Cut(Exception):
-    """The process gone mid-settling (a fault at a fixed point of the transaction)."""
-
-
 @pytest.mark.parametrize("done", [True, False])
-def test_a_settling_cut_short_leaves_nothing_written(
-    url: str, done: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_settling_cut_short_leaves_nothing_written(url: str, done: bool) -> None:
     a = _refund_in_doubt(url)
-    with lw.Runtime(url) as rt:
-        before = (rt.store.get_run(a).packet, rt.store.journal(a))
-
-    def cut(*_args: Any, **_kw: Any) -> None:
-        raise Cut("cut between the payment's entries and the refund's")
-
     # the audit record is the transaction's last write: the payment's entries, the refund's
     # and the packet are all before it
-    monkeypatch.setattr(PeopleSQL, "_audit_row", cut)
-    with lw.Runtime(url) as rt, pytest.raises(Cut):
-        rt.settle_effect(a, COMP, done=done, by="ops")
-    monkeypatch.undo()
+    settle_cut_short(url, a, COMP, done=done, by="ops")
     with lw.Runtime(url) as rt:
-        assert (rt.store.get_run(a).packet, rt.store.journal(a)) == before
         claim = rt.store.effect_claim("spend", "pay:I6")
         assert claim is not None and claim.status == "undoing"
         assert _settles(url) == []
@@ -142,7 +120,7 @@ def test_what_a_settling_refuses_is_audited_who_first(url: str) -> None:
 
 def test_the_api_and_the_form_audit_what_they_refuse(url: str) -> None:
     run_id = _in_doubt(url)
-    c = TestClient(create_app(url, token=SERVER, identity="srv"), base_url=LOCAL)
+    c = dashboard(url, identity="srv")
     path = f"/api/runs/{run_id}/effects/pay:I6/settle"
     deep = '{"done": true, "result": ' + "[" * 50_000 + "]" * 50_000 + "}"
     bearer = {"Authorization": f"Bearer {_tok('op')}", "Content-Type": "application/json"}

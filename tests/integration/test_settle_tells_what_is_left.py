@@ -8,21 +8,16 @@ settled shows who settled it in the run page's Compensations list. SQLite and Po
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from fastapi.testclient import TestClient
+from support.dashboard import dashboard, run_page
+from support.settle_cut import settle_cut_short
 from test_pause_audit import _tok
 from test_settle_refund_truth import COMP, _refund_in_doubt
 from test_web_settle import _in_doubt
 
 import loopwright as lw
 from loopwright.cli import main
-from loopwright.store._people_sql import PeopleSQL
-from loopwright.web import create_app
 
-SERVER = "server-token-0123456789"
-LOCAL = "http://127.0.0.1"
 ASK = "loopwright settle"
 
 
@@ -51,36 +46,19 @@ def test_show_the_api_and_the_page_say_it_was_settled(
     assert main(["show", a, "--store", url]) == 0
     shown = " ".join(capsys.readouterr().out.replace("│", " ").split())
     assert ASK not in shown and f"next action {said}" in shown
-    c = TestClient(create_app(url, token=SERVER, identity="srv"), base_url=LOCAL)
+    c = dashboard(url, identity="srv")
     got = c.get(f"/api/runs/{a}", headers=_op()).json()
     got.pop("events")  # (the history: it was in doubt, then settled)
     assert ASK not in str(got) and got["next_action"].startswith(said)
     assert got["run"]["stop_cause"] == packet["stop_cause"]
-    c.post("/login", data={"token": _tok("op"), "next": "/"}, follow_redirects=False)
-    page = c.get(f"/runs/{a}").text.split('<h2 id="events">')[0]
+    page = run_page(c, a, token=_tok("op"), before="events")
     assert ASK not in page and said in page
 
 
-class Cut(Exception):
-    """The process gone mid-settling (a fault at a fixed point of the transaction)."""
-
-
-def test_a_settling_cut_short_leaves_the_packet_as_it_was(
-    url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_settling_cut_short_leaves_the_packet_as_it_was(url: str) -> None:
     a = _in_doubt(url)
+    settle_cut_short(url, a, "pay:I6", done=False, by="op")
     with lw.Runtime(url) as rt:
-        before = (rt.store.get_run(a).packet, rt.store.journal(a))
-
-    def cut(*_args: Any, **_kw: Any) -> None:
-        raise Cut("cut after the entry and the packet, before the record")
-
-    monkeypatch.setattr(PeopleSQL, "_audit_row", cut)
-    with lw.Runtime(url) as rt, pytest.raises(Cut):
-        rt.settle_effect(a, "pay:I6", done=False, by="op")
-    monkeypatch.undo()
-    with lw.Runtime(url) as rt:
-        assert (rt.store.get_run(a).packet, rt.store.journal(a)) == before
         rt.settle_effect(a, "pay:I6", done=False, by="op")
         assert ASK not in (rt.store.get_run(a).packet or {})["recommended_action"]
 
@@ -90,9 +68,7 @@ def test_the_compensations_list_says_who_settled_a_refund(url: str, done: bool) 
     a = _refund_in_doubt(url)
     with lw.Runtime(url) as rt:
         rt.settle_effect(a, COMP, done=done, by="ops", note="provider checked")
-    c = TestClient(create_app(url, token=SERVER, identity="ana"), base_url=LOCAL)
-    c.post("/login", data={"token": SERVER, "next": "/"}, follow_redirects=False)
-    page = c.get(f"/runs/{a}").text.split('<h2 id="retries">')[0]
+    page = run_page(dashboard(url, identity="ana"), a, before="retries")
     status = "done" if done else "failed"
     said = "done" if done else "not done"
     assert f"(settled {said} by ops: provider checked)</li>" in page

@@ -13,8 +13,7 @@ import threading
 from typing import Any
 
 import pytest
-from test_crash_bound_alive import TASK
-from test_crash_bound_edges import _outage, _plain
+from support.crash_bound import doc_loop, stopped_in_an_outage
 
 import loopwright as lw
 
@@ -24,15 +23,10 @@ pytestmark = pytest.mark.postgres
 def test_a_resume_beside_the_one_saying_the_words_waits_for_its_runs(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    loop = _plain(max_crashes=0)
+    loop = doc_loop("edges", max_crashes=0)
     with lw.Runtime(pg_url) as rt:
         assert rt.store.concurrent_writers  # (the words said from store threads)
-        down = _outage(rt, monkeypatch)
-        ids = []
-        for key in ("first", "second"):
-            with pytest.raises(lw.StoreUnavailableError, match="injected"):
-                rt.run_sync(loop, TASK, task_key=key)
-            ids.append(rt.store.get_run(key).run_id)
+        down, ids = stopped_in_an_outage(rt, monkeypatch, loop, "first", "second")
         assert [w[0] for w in rt._unsaid] == ids
         down[0] = False
         entered, release = threading.Event(), threading.Event()
@@ -63,14 +57,9 @@ def test_a_resume_cancelled_while_it_says_them_keeps_the_words_not_reached(
 ) -> None:
     # A resume cancelled (Ctrl-C, a worker's shutdown) while it said the first run's word
     # dropped the words after it: the second run's next resume counted its stop as a crash.
-    loop = _plain(max_crashes=0)
+    loop = doc_loop("edges", max_crashes=0)
     with lw.Runtime(pg_url) as rt:
-        down = _outage(rt, monkeypatch)
-        ids = []
-        for key in ("first", "second"):
-            with pytest.raises(lw.StoreUnavailableError, match="injected"):
-                rt.run_sync(loop, TASK, task_key=key)
-            ids.append(rt.store.get_run(key).run_id)
+        down, ids = stopped_in_an_outage(rt, monkeypatch, loop, "first", "second")
         down[0] = False
         entered, release = threading.Event(), threading.Event()
         append = rt.store.append_events

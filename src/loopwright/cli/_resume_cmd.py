@@ -117,12 +117,13 @@ def resume(
             try:
                 res = run_async(rt.resume(rec.run_id, loop))
             except ConflictError as exc:
-                hint = _held_elsewhere(rt, rec)
+                now = rt.store.get_run(rec.run_id)  # (read once: the hint and the line)
+                hint = _held_elsewhere(rt, now)
                 if run_id is not None:
                     if hint:
                         raise ConflictError(f"{exc}; {hint}") from exc
                     raise
-                say(f"skipped {named}: {_held_text(rt, rec) or exc}" + (f"; {hint}" if hint else ""),
+                say(f"skipped {named}: {_held_text(rt, now) or exc}" + (f"; {hint}" if hint else ""),
                     out=out, style="yellow")  # fmt: skip
                 skipped.append(named)
                 continue
@@ -146,24 +147,25 @@ def resume(
     raise typer.Exit(code)
 
 
-def _held_elsewhere(rt: Runtime, rec: RunRecord) -> str | None:
-    """What to do when another executor (a worker, another `loopwright run`) holds the run's
-    lease, else None: its id and lease time alone left the person asking what next."""
-    held = rt.store.get_run(rec.run_id).lease_owner
+def _held_elsewhere(rt: Runtime, now: RunRecord) -> str | None:
+    """What to do when another executor (a worker, another `loopwright run`) holds the run
+    (``now``: as the store holds it after the refusal), else None: its id and lease time
+    alone left the person asking what next."""
+    held = now.lease_owner
     if held is not None and held != rt.owner:
         return (
             "another process is driving it: follow it with "
-            f"`loopwright show {rec.run_id[:12]}{store_flag()}` (or `Runtime.events`)"
+            f"`loopwright show {now.run_id[:12]}{store_flag()}` (or `Runtime.events`)"
         )
     return None
 
 
-def _held_text(rt: Runtime, rec: RunRecord) -> str | None:
-    """Who holds the run and for how long, said once (the store's refusal repeated the whole
-    run id the line starts with); None when no other holder is recorded."""
+def _held_text(rt: Runtime, now: RunRecord) -> str | None:
+    """Who holds the run (``now``: read after the refusal) and for how long, said once (the
+    store's refusal repeated the whole run id the line starts with); None when no other holder
+    is recorded."""
     from .._owners import holder_text
 
-    now = rt.store.get_run(rec.run_id)
     if now.lease_owner is None or now.lease_owner == rt.owner or now.lease_expires_at is None:
         return None
     left = max(0.0, now.lease_expires_at - rt.store.clock())  # the lease's own clock

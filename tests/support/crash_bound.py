@@ -1,0 +1,128 @@
+"""The crash bound's tests (crash53, crash54): a loop that edits ``doc.n`` to the cycle and is
+accepted at 3, a run's lease let lapse with no waiting, an executor stalled past its lease in a
+thread of its own until the test has acted, and runs stopped alive by the store going down."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+
+TASK: dict[str, Any] = {"artifacts": {"doc": {"n": 0}}}
+
+
+def doc_loop(
+    name: str, fault: Callable[[lw.Context], None] | None = None, **budget: Any
+) -> lw.Loop:
+    """``doc.n`` edited to the cycle; accepted at 3 (ten cycles at most, ``budget`` besides).
+    ``fault``, if given, is called before each actor's answer."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if fault is not None:
+            fault(ctx)
+        return lw.Proposal(edits=(lw.Edit("doc", "n", ctx.cycle),))
+
+    def done(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        n = int(state.values()["doc"].get("n", 0))
+        return lw.Verdict(passed=n == 3, score=n / 3)
+
+    return lw.Loop(
+        name=name,
+        actor=actor,
+        verifiers=[done],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=10, **budget)),
+    )
+
+
+def expire(rt: lw.Runtime, run_id: str) -> None:
+    """The run's lease lapsed, as it does once its holder stalls past its TTL (no waiting)."""
+    store: Any = rt.store
+    with store._tx() as conn:
+        conn.execute(
+            f"UPDATE runs SET lease_expires_at = {store._MARK} WHERE run_id = {store._MARK}",
+            (store.clock() - 1, run_id),
+        )
+
+
+@contextmanager
+def stalled_past_its_lease(
+    url: str,
+    rt: lw.Runtime,
+    loop: lw.Loop,
+    held: threading.Event,
+    go: threading.Event,
+    task_key: str,
+) -> Iterator[str]:
+    """A new run (its id yielded) driven by an executor of its own, in the thread named
+    ``stalled``, held in its actor (``held`` set) until ``go`` is set; its lease let lapse.
+    On leaving: ``go`` set and the executor waited for; it found its lease taken
+    (``StaleLeaseError``)."""
+    ended: list[BaseException | lw.RunResult] = []
+    run_id = rt.create(loop, TASK, task_key=task_key)[0].run_id
+
+    def drive() -> None:
+        try:
+            with lw.Runtime(url) as own:
+                ended.append(own.resume_sync(run_id, loop))
+        except BaseException as exc:  # (read below)
+            ended.append(exc)
+
+    t = threading.Thread(target=drive, name="stalled", daemon=True)
+    t.start()
+    try:
+        while not held.wait(0.05):
+            assert t.is_alive(), ended
+        expire(rt, run_id)
+        yield run_id
+    finally:
+        go.set()
+        t.join()
+    assert isinstance(ended[0], lw.StaleLeaseError), ended
+
+
+def outage(rt: lw.Runtime, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """While ``down[0]``: the commit of cycle 3 fails, and so does a word said after it (the
+    store down as the execution stops); set it False and the store answers again."""
+    one, many, append = rt.store.commit_request, rt.store.commit_many, rt.store.append_events
+    down = [True]
+
+    def fails(cycle: int) -> None:
+        if down[0] and cycle >= 3:
+            raise lw.StoreUnavailableError("connection refused (injected)")
+
+    def flaky_one(req: Any) -> Any:
+        fails(req.cycle)
+        return one(req)
+
+    def flaky_many(reqs: list[Any]) -> Any:
+        fails(max(r.cycle for r in reqs))
+        return many(reqs)
+
+    def flaky_append(run_id: str, events: Any) -> None:
+        fails(max(e.cycle for e in events) + 1)  # (a word at cycle 2: said in cycle 3)
+        append(run_id, events)
+
+    monkeypatch.setattr(rt.store, "commit_request", flaky_one)
+    monkeypatch.setattr(rt.store, "commit_many", flaky_many)
+    monkeypatch.setattr(rt.store, "append_events", flaky_append)
+    return down
+
+
+def stopped_in_an_outage(
+    rt: lw.Runtime, monkeypatch: pytest.MonkeyPatch, loop: lw.Loop, *keys: str
+) -> tuple[list[bool], list[str]]:
+    """A run of ``loop`` for each task key of ``keys``, each stopped alive in cycle 3 by the
+    store going down (``outage``: ``StoreUnavailableError`` raised), its word unsaid; the
+    outage's switch and the runs' ids."""
+    down = outage(rt, monkeypatch)
+    ids = []
+    for key in keys:
+        with pytest.raises(lw.StoreUnavailableError, match="injected"):
+            rt.run_sync(loop, TASK, task_key=key)
+        ids.append(rt.store.get_run(key).run_id)
+    return down, ids
