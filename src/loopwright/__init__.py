@@ -10,18 +10,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._contract import (
+    from ._contract import RUN_STATUSES, STOP_REASONS, Contract, StopReason
+    from ._contract_rules import (
         DEFAULT_MAX_CRASHES,
         DEFAULT_MAX_CYCLES,
-        RUN_STATUSES,
-        STOP_REASONS,
         Budget,
-        Contract,
         Escalation,
         MarginalReturn,
         NoProgress,
         RiskRule,
-        StopReason,
         Success,
     )
     from ._effects import EFFECT_KINDS, Effect, EffectCall, EffectResult, effect
@@ -146,7 +143,8 @@ __all__ = [
 # `import loopwright` stays cheap (the CLI and short scripts start fast): each name is imported
 # from its module on first use (PEP 562); `from loopwright import X` works as before.
 _LAZY_FROM = {
-    "._contract": "DEFAULT_MAX_CRASHES DEFAULT_MAX_CYCLES RUN_STATUSES STOP_REASONS Budget Contract Escalation MarginalReturn NoProgress RiskRule StopReason Success",
+    "._contract": "RUN_STATUSES STOP_REASONS Contract StopReason",
+    "._contract_rules": "DEFAULT_MAX_CRASHES DEFAULT_MAX_CYCLES Budget Escalation MarginalReturn NoProgress RiskRule Success",
     "._effects": "EFFECT_KINDS Effect EffectCall EffectResult effect",
     "._engine": "RunResult Runtime",
     "._errors": "ApprovalError ConfigError ConflictError LoopwrightError RunNotFoundError SpecError StaleLeaseError StoreCorruptError StoreError StoreUnavailableError EffectKeyHeld NotPermittedError",

@@ -13,7 +13,8 @@ from ._copy_on_read import _CopyOnRead, _json_copy
 from ._exec import Execution as _Exec
 from ._gates import Gates
 from ._group import GroupRecall
-from ._memory import HELD_OUT_KEY, MemoryItem, held_out_in, recall_scopes
+from ._memory import MemoryItem, recall_scopes
+from ._memory_screen import HELD_OUT_KEY, held_out_in
 from ._proposal import Context, Remaining
 from ._recall import recall
 from ._state import TaskState

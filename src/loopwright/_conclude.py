@@ -25,11 +25,12 @@ from ._exec import (
 )
 from ._gates import _effect, call_digest, edit_kept
 from ._host import RuntimeHost
+from ._person_edits import person_edit
 from ._proposal import Proposal, Verdict
 from ._question import Question
 from ._record_codec import packed_record, packed_usage
 from ._settle import settle_hint
-from ._state import Finding, TaskState, person_edit
+from ._state import Finding, TaskState
 from ._usage import MAX_RUN_TOKENS, MAX_TOKENS, Usage
 from .store import NewEvent
 

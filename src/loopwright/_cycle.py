@@ -38,7 +38,8 @@ from ._plan import check_new_steps
 from ._proposal import Proposal, Verdict
 from ._question import Question
 from ._redact import redact
-from ._state import Finding, Version, same_value
+from ._same_value import same_value
+from ._state import Finding, Version
 from ._usage import Usage
 from .store import NewEvent
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
 from ._calls import CallTimeout
-from ._contract import Contract, RiskRule
+from ._contract import Contract
+from ._contract_rules import RiskRule
 from ._errors import ConfigError
 from ._loop import Check
 from ._proposal import Proposal, Remaining, Verdict
+from ._same_value import same_value
 from ._shapes import FLOAT_SLACK
-from ._state import TaskState, match_any, part_ref, same_value, split_ref
+from ._state import TaskState, match_any, part_ref, split_ref
 from ._usage import Usage
 
 __all__ = [

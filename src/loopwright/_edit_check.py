@@ -36,7 +36,8 @@ from ._parts import Part
 from ._proposal import Proposal
 from ._question import answer_unread
 from ._redact_logs import masked_logger
-from ._state import TaskState, same_value
+from ._same_value import same_value
+from ._state import TaskState
 from .store import NewEvent, Store
 
 __all__ = [

@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterat
 from typing import Any, Literal, TypeVar
 
 from ._backoff import Drained
+from ._cancel_rollback import CancelRollback
 from ._checkpoint import Checkpoints
 from ._conclude import Concluding
 from ._contract import TERMINAL_STATUSES
@@ -89,6 +90,7 @@ class Runtime(
     Reflection,
     Forking,
     Decisions,
+    CancelRollback,
     Pausing,
     Settling,
 ):

@@ -24,6 +24,7 @@ from functools import partial
 from typing import Any
 
 from ._authority import audit, may_operate, refused
+from ._cancel_rollback import retire_failures
 from ._compare import contract_changes
 from ._concluded import concluded_in, refuse_rewritten
 from ._contract import TERMINAL_STATUSES, Contract, contract_from_snapshot
@@ -37,10 +38,11 @@ from ._host import RuntimeHost
 from ._json import check_given_text, check_value
 from ._keys import check_declared_name, check_key, check_unpadded, fit_key
 from ._loop import Loop, check_loop, declared_names, other_loop
-from ._people import _printable_note, retire_failures
+from ._people import _printable_note
 from ._proposal import Proposal
 from ._redact import redact, redact_registered
-from ._state import TaskState, same_value, split_ref
+from ._same_value import same_value
+from ._state import TaskState, split_ref
 from ._state_codec import head, unwritten_versions
 from .store import JournalEntry, NewEvent, RunRecord, Store
 from .store._base import with_newer

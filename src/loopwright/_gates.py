@@ -18,7 +18,7 @@ from . import _decide as rules
 from . import _json
 from ._audit import audit_once
 from ._calls import CallTimeout, call_user, hook_timeout
-from ._contract import RiskRule
+from ._contract_rules import RiskRule
 from ._effect_keys import args_digest, key_of
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError
@@ -26,8 +26,9 @@ from ._exec import Execution as _Exec
 from ._exec import OutOfTime
 from ._host import RuntimeHost
 from ._loop import Loop
+from ._person_edits import person_edit
 from ._proposal import Proposal, Verdict
-from ._state import Finding, TaskState, VersionLoader, person_edit, split_ref
+from ._state import Finding, TaskState, VersionLoader, split_ref
 from .store import NewEvent, Store
 
 __all__ = ["Gates"]

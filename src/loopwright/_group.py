@@ -20,7 +20,7 @@ from collections import Counter
 from typing import Any
 
 from ._errors import StoreError
-from ._memory import RECALL_RANKED
+from ._memory_search import RECALL_RANKED
 from ._recall import RECALL_LIMIT, recall_searches
 from ._store_threads import in_store_thread
 from .store import CommitRequest, Store

@@ -266,9 +266,10 @@ class RuntimeHost:
         @property
         def memory(self) -> FeedbackMemory: ...  # _finishing.Finishing
 
-        # _people.Decisions
+        # _cancel_rollback.CancelRollback
         def _cancel_now(self, ex: _Exec, cause: str, *, by: str | None = None) -> None: ...
 
+        # _people.Decisions
         def approve(
             self,
             run_id: str,

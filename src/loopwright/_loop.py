@@ -15,7 +15,7 @@ from ._contract import Contract
 from ._effects import EFFECT_KINDS, Effect
 from ._errors import ConfigError
 from ._keys import check_declared_name, check_name, check_unpadded
-from ._memory import RECALL_RANKED, check_ranked
+from ._memory_search import RECALL_RANKED, check_ranked
 from ._policy import ApprovalPolicy, PolicyRule
 from ._proposal import Context, Proposal, Verdict
 from ._retry import RetryPolicy
@@ -109,9 +109,9 @@ class Loop:
             note is kept once); older ones are forgotten, so recall costs the same in a long
             run's last cycle as in its first.
         recall_ranked: how many of the items matching a cycle's recall query are scored for
-            relevance: the newest (``_memory.RECALL_RANKED``, 1,000), so the recall costs the
-            same however many match; an older match ranks as one matching no word (by
-            strength). None scores every match (each costs the recall ≈ 6 µs, every cycle).
+            relevance: the newest (``_memory_search.RECALL_RANKED``, 1,000), so the recall
+            costs the same however many match; an older match ranks as one matching no word
+            (by strength). None scores every match (each costs the recall ≈ 6 µs, every cycle).
     """
 
     name: str

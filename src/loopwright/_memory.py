@@ -16,12 +16,8 @@ in the item's ``history`` with who made it and when.
 from __future__ import annotations
 
 import builtins
-import functools
-import json
 import math
-import re
 import time
-import unicodedata
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,10 +26,20 @@ from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 from ._errors import ConfigError, LoopwrightError, check_choice
 from ._json import check_text
 from ._keys import MAX_KEY_CHARS
+from ._memory_screen import _check_json, _no_held_out
+from ._memory_search import (  # noqa: F401  (RELEVANCE_FLOOR, memory_search, query_terms: re-exported, their home before the split)
+    RECALL_RANKED,
+    RELEVANCE_FLOOR,
+    check_ranked,
+    feedback_key,
+    memory_search,
+    normalise_text,
+    query_terms,
+)
 from ._redact import redact, redact_text
 
 if TYPE_CHECKING:
-    from .store._base import MemorySearch, Store
+    from .store._base import Store
 
 __all__ = [
     "DEFAULT_STRENGTH",
@@ -79,20 +85,6 @@ DEFAULT_STRENGTH: dict[Signal, float] = {
 
 MAX_TEXT_CHARS = 10_000
 """Longest text an item may hold: memory is notes for a context, not a place for artifacts."""
-
-RELEVANCE_FLOOR = 0.1
-"""Relevance of an item that shares no word with the query (or of every item for an empty
-query): it still ranks by strength, below items that match."""
-
-RECALL_RANKED: int | None = 1_000
-"""The most matches a recall scores for relevance (``Loop(recall_ranked=...)``,
-``FeedbackMemory.retrieve(ranked=...)``): the newest, so a recall costs the same however many
-items share a word with the query; an older match ranks as an item matching none (by strength,
-at the floor). None scores every match: a recall's cost then grows with them (≈ 6 µs each)."""
-
-MAX_QUERY_TERMS = 32
-"""Distinct query words searched for (the first ones): a cycle's query is its goal and its
-findings, and each word is one more index lookup."""
 
 REFLECTOR = "reflector"
 """The ``by`` of the reflections a loop's reflector writes (``FeedbackMemory.reflect``)."""
@@ -166,184 +158,12 @@ class MemoryItem:
         )
 
 
-# --- text normalisation and relevance ----------------------------------------------------
-_WORD = re.compile(r"\w+")
-_STOPWORD_TEXT = (
-    "a an and are as at be but by do does for from has have in is it its not of on or so "
-    "that the their them then there these this to was were will with"
-)
-_STOPWORDS = frozenset(_STOPWORD_TEXT.split())
-
-
-def normalise_text(text: str) -> str:
-    """The form two pieces of feedback are compared in: case, spacing and final punctuation
-    do not matter."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    return " ".join(text.split()).rstrip(".!;")
-
-
-def feedback_key(text: str, rule: Mapping[str, Any] | None) -> tuple[str, str]:
-    """Identity of a piece of feedback across scopes: normalised text and canonical rule."""
-    canon = json.dumps(rule, sort_keys=True, separators=(",", ":"), default=str) if rule else ""
-    return normalise_text(text), canon
-
-
-def query_terms(query: str) -> list[str]:
-    """The words of ``query`` worth searching for, once each, in order: stop words and
-    one-letter words say nothing about relevance. Plurals are folded by the store's stemmer."""
-    out: dict[str, None] = {}
-    for word in _WORD.findall(unicodedata.normalize("NFKC", query).casefold()):
-        if len(word) >= 2 and word not in _STOPWORDS:
-            out.setdefault(word)
-        if len(out) == MAX_QUERY_TERMS:
-            break
-    return list(out)
-
-
-def memory_search(
-    scopes: Iterable[tuple[str, str | None]],
-    query: str,
-    limit: int = 5,
-    ranked: int | None = RECALL_RANKED,
-    reflections: bool | None = None,
-) -> MemorySearch:
-    """The store search that ranks the feedback of ``scopes`` for ``query`` (the newest
-    ``ranked`` matches scored: ``RECALL_RANKED``). Asks for more than ``limit``: the same
-    feedback held in several scopes comes once (``rank``). ``reflections``: which items
-    (``MemorySearch.reflections``; a recall asks ``recall_searches``)."""
-    given = []
-    for s, k in scopes:  # (a loop: every cycle's recall)
-        given.append((s, k or ""))
-    return _search(tuple(given), query, limit, ranked, reflections)
-
-
-@functools.lru_cache(maxsize=256)
-def _search(
-    scopes: tuple[tuple[str, str], ...],
-    query: str,
-    limit: int,
-    ranked: int | None,
-    reflections: bool | None,
-) -> MemorySearch:
-    # Every cycle asks again, mostly with the same scopes and query (the goal and the same
-    # findings): a search is immutable, so the same one is handed out again.
-    from .store._base import MemorySearch
-
-    return MemorySearch(
-        scopes=scopes,
-        terms=tuple(query_terms(query)),
-        limit=2 * limit + 5,
-        floor=RELEVANCE_FLOOR,
-        ranked=ranked,
-        reflections=reflections,
-    )
-
-
-def check_ranked(value: object, name: str = "ranked") -> int | None:
-    """``value`` as a cap on the matches a recall scores: a positive integer, or None."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"must be a positive integer or None, got {value!r}", field=name)
-    if value > _MAX_RANKED:  # the stores' LIMIT is a 64-bit integer: refused there, mid-run
-        raise ConfigError(f"must be at most {_MAX_RANKED} (None: no cap), got {value}", field=name)
-    return value
-
-
-_MAX_RANKED = 2**63 - 1
-
-
 # --- validation ------------------------------------------------------------------------------
 def _check_name(value: object, name: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError("must be a non-empty string", field=name)
     check_text(value, field=name)
     return value.strip()
-
-
-# Deeper rules and sources are refused: JSON's encoder (and the store's masking) recurse, and
-# Python's stack ends near 1,000 levels (a RecursionError, not a ConfigError); the tasks
-# file's bound (``cli/_tasks.MAX_DEPTH``).
-MAX_DEPTH = 100
-
-HELD_OUT_KEY = "held_out"
-"""A task's reserved key for what only held-out checks read (hidden tests, expected answers)."""
-# The names a held-out marker goes by, compared lower-cased with ``-`` and spaces read as ``_``:
-# the task's reserved key and a check's flag.
-_HELD_OUT_NAMES = frozenset({"held_out", "heldout"})
-
-
-def _check_depth(value: object, name: str) -> None:
-    """Refuse ``value`` nested deeper than ``MAX_DEPTH`` (a cycle is too): one iterative walk,
-    depth first, so it stops at the first branch too deep, whatever the value's breadth."""
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        v, d = stack.pop()
-        if isinstance(v, Mapping | list | tuple):
-            if d > MAX_DEPTH:
-                raise ConfigError(f"nested deeper than {MAX_DEPTH} levels", field=name)
-            items = v.values() if isinstance(v, Mapping) else v
-            stack.extend((x, d + 1) for x in items)
-
-
-def held_out_name(key: object) -> bool:
-    """Whether ``key`` names the held-out marker, however spelled: ``held_out`` in any case,
-    ``held-out``, ``heldOut``, ``held out``."""
-    return str(key).lower().replace("-", "_").replace(" ", "_") in _HELD_OUT_NAMES
-
-
-def _held_out_at(value: Any) -> str | None:
-    """Where a JSON value (dicts, lists, scalars: what ``_check_json`` returns) holds a
-    held-out marker: a key named ``held_out`` (any case; ``held-out``, ``heldOut``) whose value
-    is not empty or false, at any depth (``verdicts[0].held_out``); None where none does. One
-    iterative walk, each value visited once; ``_check_json`` bounds the depth."""
-    stack: list[tuple[Any, str]] = [(value, "")]
-    while stack:
-        v, at = stack.pop()
-        if isinstance(v, dict):
-            for k, x in v.items():
-                here = f"{at}.{k}" if at else str(k)
-                if x and held_out_name(k):
-                    return here
-                if isinstance(x, dict | list):
-                    stack.append((x, here))
-        elif isinstance(v, list):
-            stack.extend((x, f"{at}[{i}]") for i, x in enumerate(v) if isinstance(x, dict | list))
-    return None
-
-
-def _check_json(value: object, name: str) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"must be a JSON object (a dict), not {type(value).__name__}", field=name)
-    _check_depth(value, name)
-    try:
-        text = json.dumps(dict(value), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"must be JSON-serialisable ({exc})", field=name) from None
-    return cast("dict[str, Any]", json.loads(text))
-
-
-def _no_held_out(value: Any, name: str) -> None:
-    """Invariant 3's screen of what ``add`` keeps: a rule or source holding a held-out marker
-    anywhere is refused (docs/memory.md says what it does and does not catch)."""
-    at = _held_out_at(value)
-    if at is not None:
-        raise ConfigError(
-            f"held-out verdicts never enter memory ({name} marked held out at {at})", field=name
-        )
-
-
-def held_out_in(item: MemoryItem) -> str | None:
-    """Where a stored item's rule or source holds a held-out marker (``rule.verdicts[0]
-    .held_out``), None where neither does: ``add``'s screen, walked again at recall for rows
-    written before it (or past it, straight into the store), which never reach an actor."""
-    for name, value in (("rule", item.rule), ("source", item.source)):
-        at = _held_out_at(value)
-        if at is not None:
-            return f"{name}.{at}"
-    return None
 
 
 class _Screened(dict[str, Any]):

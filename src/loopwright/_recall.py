@@ -14,7 +14,8 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._memory import RECALL_RANKED, MemoryItem, memory_search, rank
+from ._memory import MemoryItem, rank
+from ._memory_search import RECALL_RANKED, memory_search
 
 if TYPE_CHECKING:
     from .store._base import MemoryFound, MemorySearch, Store
@@ -43,8 +44,8 @@ def recall_searches(
 def _searches(
     scopes: tuple[tuple[str, str | None], ...], query: str, limit: int, ranked: int | None
 ) -> tuple[MemorySearch, MemorySearch]:
-    # Every cycle's recall asks again, mostly for the same pair (``_memory._search``'s cache):
-    # one look-up a cycle for both, not one each.
+    # Every cycle's recall asks again, mostly for the same pair (``_memory_search._search``'s
+    # cache): one look-up a cycle for both, not one each.
     people = memory_search(scopes, query, limit, ranked, reflections=False)
     return people, memory_search(scopes, query, limit, ranked, reflections=True)
 

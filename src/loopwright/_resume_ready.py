@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._contract import DEFAULT_MAX_CRASHES, TERMINAL_STATUSES, Contract, contract_from_snapshot
+from ._contract import TERMINAL_STATUSES, Contract, contract_from_snapshot
+from ._contract_rules import DEFAULT_MAX_CRASHES
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
 from ._exec import fit_history

@@ -8,7 +8,7 @@ from this state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,8 @@ from ._parts import (
     split_ref,
 )
 from ._plan import Planning, PlanStep, StepStatus, _PlanTrack, task_plan
+from ._same_value import _kinds_agree, same_value
+from ._stored_accounting import _billed, _cap_checks, _held_out_spent, _paid_cycles, _priced
 from ._usage import Usage
 
 __all__ = [
@@ -49,57 +51,6 @@ __all__ = [
     "same_value",
     "split_ref",
 ]
-
-
-def _kind(value: Any) -> str | None:
-    """A number's JSON kind (``true``, ``1``, ``1.0``), else ``None``."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    return None
-
-
-def _kinds_agree(a: Any, b: Any) -> bool:
-    """Of two equal values (``a == b``), whether every number in them is of one kind in both.
-    Walked with a list, not by recursion: two frames a level (a call and its generator) raised
-    RecursionError on a value nested 330 deep that a proposal may hold and ``==`` compares
-    (the run ended in an internal error; review51b)."""
-    pairs = [(a, b)]
-    while pairs:
-        a, b = pairs.pop()
-        if a is b:
-            continue
-        ka, kb = _kind(a), _kind(b)
-        if ka is not None or kb is not None:
-            if ka != kb:
-                return False
-        elif isinstance(a, Mapping) and isinstance(b, Mapping):
-            if any(type(k) is not str for k in a):
-                # A key that is no text is written as JSON's text of it: ``1`` as "1", ``True``
-                # as "true", ``1.0`` as "1.0", though Python takes them for one key. Judged as
-                # the store writes both (their round trips hold text keys only).
-                sa, sb = _json.round_trip(a), _json.round_trip(b)
-                if sa != sb:
-                    return False
-                pairs.append((sa, sb))
-            else:
-                pairs.extend((v, b[k]) for k, v in a.items())
-        elif isinstance(a, list | tuple) and isinstance(b, list | tuple):
-            pairs.extend(zip(a, b, strict=False))
-    return True
-
-
-def same_value(a: Any, b: Any) -> bool:
-    """Whether writing ``b`` over a part holding ``a`` changes nothing: equal, and each number
-    of the same kind, as the store writes them (``true``, ``1`` and ``1.0`` are three values
-    in JSON and read back as three; Python's ``==`` takes ``True == 1 == 1.0``; so are the keys
-    ``1`` and ``True``, written ``"1"`` and ``"true"``). A proposal
-    setting ``1`` to ``True`` was dropped as no change: the checks judged the ``1``, and the
-    proposal was taken for the no-change one rejected before (stall51)."""
-    return a is b or (a == b and _kinds_agree(a, b))
 
 
 @dataclass(slots=True)
@@ -634,68 +585,3 @@ class TaskState(Planning):
                 state.set_part(str(aname), str(pname), value, 0)
         state.plan.extend(task_plan(task.get("plan")))
         return state
-
-
-def person_edit(s: TaskState, ref: str) -> dict[str, Any] | None:
-    """The ``edit`` note (``Runtime.edit``) of the person who wrote part ``ref``'s current
-    version, if a person did."""
-    part = s.part(ref)
-    if part is None:
-        return None
-    for note in reversed(s.notes):
-        if note.get("kind") == "edit" and note.get("part") == ref:
-            return dict(note) if note.get("version") == part.count else None
-    return None
-
-
-def edits_dropped(now: TaskState, then: TaskState) -> list[dict[str, Any]]:
-    """The people's versions current in ``now`` that restoring ``then``'s artifacts (a
-    rollback) replaces: each part a person wrote last (``person_edit``) whose value ``then``
-    does not hold, as ``{"part", "by", "version"}``."""
-    out: list[dict[str, Any]] = []
-    for ref, p in now.iter_parts():
-        edit = person_edit(now, ref)
-        if edit is None:
-            continue
-        old = then.part(ref)
-        if old is None or old.count == 0 or old.value != p.value:
-            out.append({"part": ref, "by": edit.get("by"), "version": edit.get("version")})
-    return out
-
-
-def said_dropped(dropped: Sequence[Mapping[str, Any]]) -> str:
-    """``edits_dropped`` as a sentence's end: "alice's version of doc/c (v3), ..."."""
-    return ", ".join(
-        f"{d.get('by')}'s version of {d.get('part')} (v{d.get('version')})" for d in dropped
-    )
-
-
-def _priced(u: Usage) -> list[Any] | None:
-    """A held-out spend as stored: ``[cost_usd, tokens]``, or None for none (most runs)."""
-    return [u.cost_usd, u.tokens] if u.cost_usd or u.tokens else None
-
-
-def _billed(stored: Any) -> dict[str, bool]:
-    if not isinstance(stored, Mapping):
-        return {}
-    return {str(k): bool(v) for k, v in stored.items()}
-
-
-def _paid_cycles(stored: Any) -> list[int] | None:
-    """The stored counts, or None (not counted: a state stored before they were)."""
-    if not isinstance(stored, list) or len(stored) != 3:
-        return None
-    return [int(x) for x in stored]
-
-
-def _held_out_spent(stored: Any) -> Usage:
-    if not stored:
-        return Usage()
-    cost, tokens = stored
-    return Usage._stored(cost, tokens, 0.0)
-
-
-def _cap_checks(d: Mapping[str, Any]) -> int | None:
-    """``cap_checks`` as stored; None for a state stored before it was counted."""
-    v = d.get("cap_checks")
-    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None

@@ -24,7 +24,8 @@ import operator
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from ._state import Part, TaskState, _priced, split_ref
+from ._state import Part, TaskState, split_ref
+from ._stored_accounting import _priced
 
 __all__ = [
     "FORMAT",

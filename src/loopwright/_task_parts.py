@@ -15,7 +15,7 @@ from ._decide import cycle_cap
 from ._errors import ConfigError
 from ._json import check_given_text, owned_copy, round_trip, too_long
 from ._keys import check_key, check_name, fit_key
-from ._memory import HELD_OUT_KEY, held_out_name
+from ._memory_screen import HELD_OUT_KEY, held_out_name
 from ._parts import part_ref
 from ._redact import REDACTED, redact
 from ._redact_logs import masked_logger

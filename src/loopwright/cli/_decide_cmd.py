@@ -475,9 +475,9 @@ def rollback(
     The compensations of the effects completed after that cycle are offered through the
     approval policy and run on the next `loopwright resume`.
     """
+    from .._cancel_rollback import rollback_dropped
     from .._engine import Runtime
-    from .._people import rollback_dropped
-    from .._state import said_dropped
+    from .._person_edits import said_dropped
     from ._render import say
 
     if to_cycle < 0:

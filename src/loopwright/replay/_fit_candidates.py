@@ -17,7 +17,8 @@ from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from .._contract import Budget, Contract, MarginalReturn, NoProgress, Success, engine_marks
+from .._contract import Contract
+from .._contract_rules import Budget, MarginalReturn, NoProgress, Success, engine_marks
 from .._errors import ConfigError
 from ._fit_result import Grid, StopParams
 from ._format import RunTrace

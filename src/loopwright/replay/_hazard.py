@@ -29,7 +29,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .. import _decide as rules
-from .._contract import Budget, Contract, Success
+from .._contract import Contract
+from .._contract_rules import Budget, Success
 from .._errors import ConfigError
 from .._inherited import NOTHING, Inherited
 from ._format import RunTrace

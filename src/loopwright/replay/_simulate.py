@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import _decide as rules
-from .._contract import Contract, engine_marks
+from .._contract import Contract
+from .._contract_rules import engine_marks
 from .._errors import ConfigError
 from .._inherited import NOTHING, Inherited
 from .._state import TaskState

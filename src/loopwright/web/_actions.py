@@ -16,15 +16,15 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from .._authority import operate
+from .._cancel_rollback import rollback_dropped
 from .._compare import contract_changes, merge_contract
 from .._contract import TERMINAL_STATUSES, contract_from_snapshot, refuse_engine_marks
 from .._engine import Runtime
 from .._errors import ConfigError, LoopwrightError, RunNotFoundError
 from .._fork_effects import again_names, fork_effects_text
 from .._keys import check_key
-from .._people import rollback_dropped
+from .._person_edits import said_dropped
 from .._spec import loop_of_run
-from .._state import said_dropped
 from ..store import NewEvent, RunRecord, Store
 from ..store._records import PAUSE
 from ._auth import Auth
