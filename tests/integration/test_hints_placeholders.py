@@ -113,3 +113,22 @@ def test_the_users_add_command_names_the_person_deciding(
     with lw.Runtime(url) as rt:
         [user] = rt.store.list_users()
     assert user.name == "ana" and {"admin", "approver", "finance"} <= set(user.roles)
+
+
+def test_a_paused_runs_next_action_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `show` said "loopwright unpause RUN to let it go on": typed, no run RUN
+    from test_pause_actions import _paused
+
+    store = str(tmp_path / "s.db")
+    rid = _paused(store)
+    rc, out = _run(capsys, "show", rid, "--store", store)
+    assert rc == 0, out
+    said = " ".join(out.replace("│", " ").split())
+    [unpause] = [c for c in _commands(said) if c[0] == "unpause"]
+    assert unpause == ["unpause", rid[:12]], said
+    rc, out = _run(capsys, *unpause, "--store", store)
+    assert rc == 0, out
+    with lw.Runtime(store) as rt:
+        assert [a.status for a in rt.store.approvals(run_id=rid)] == ["approved"]
