@@ -14,23 +14,21 @@ import threading
 from typing import Any
 
 import pytest
-from test_crash_bound_alive import TASK
-from test_crash_bound_edges import _outage, _plain
+from support.crash_bound import doc_loop, stopped_in_an_outage
 
 import loopwright as lw
 
 pytestmark = pytest.mark.postgres
 
 
+def _loop() -> lw.Loop:
+    return doc_loop("edges", max_crashes=0)
+
+
 def _two_unsaid(rt: lw.Runtime, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], Any, Any]:
     """Two runs stopped alive in an outage, their words kept; the first's write, once the store
     answers, held until ``release`` is set (``entered`` says it began)."""
-    down = _outage(rt, monkeypatch)
-    ids = []
-    for key in ("first", "second"):
-        with pytest.raises(lw.StoreUnavailableError, match="injected"):
-            rt.run_sync(_plain(max_crashes=0), TASK, task_key=key)
-        ids.append(rt.store.get_run(key).run_id)
+    down, ids = stopped_in_an_outage(rt, monkeypatch, _loop(), "first", "second")
     assert [w[0] for w in rt._unsaid] == ids
     down[0] = False
     entered, release = threading.Event(), threading.Event()
@@ -49,7 +47,7 @@ def _two_unsaid(rt: lw.Runtime, monkeypatch: pytest.MonkeyPatch) -> tuple[list[s
 def test_a_resume_in_another_threads_event_loop_waits_for_the_words(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    loop = _plain(max_crashes=0)
+    loop = _loop()
     with lw.Runtime(pg_url) as rt:
         ids, entered, release = _two_unsaid(rt, monkeypatch)
         got: dict[str, lw.RunResult | BaseException] = {}
@@ -77,7 +75,7 @@ def test_a_resume_in_another_threads_event_loop_waits_for_the_words(
 def test_a_resume_after_an_event_loop_cancelled_its_saying_waits_for_the_write(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    loop = _plain(max_crashes=0)
+    loop = _loop()
     with lw.Runtime(pg_url) as rt:
         ids, entered, release = _two_unsaid(rt, monkeypatch)
 
@@ -108,7 +106,7 @@ def test_a_saying_left_in_a_stopped_event_loop_is_taken_over_not_waited_for(
     # A loop driven by hand (``run_until_complete``) returns with the first resume suspended
     # in its saying: waiting for it would never end; the words it has not said are said by the
     # next resume, in its own loop, once the write under way ended, and each only once.
-    loop = _plain(max_crashes=0)
+    loop = _loop()
     with lw.Runtime(pg_url) as rt:
         ids, entered, release = _two_unsaid(rt, monkeypatch)
         old = asyncio.new_event_loop()
