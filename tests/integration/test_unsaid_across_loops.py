@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
 
 import pytest
-from support.crash_bound import doc_loop, stopped_in_an_outage
+from support.crash_bound import cancelled_in_its_word, doc_loop, first_word_held
 
 import loopwright as lw
 
@@ -25,31 +24,12 @@ def _loop() -> lw.Loop:
     return doc_loop("edges", max_crashes=0)
 
 
-def _two_unsaid(rt: lw.Runtime, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], Any, Any]:
-    """Two runs stopped alive in an outage, their words kept; the first's write, once the store
-    answers, held until ``release`` is set (``entered`` says it began)."""
-    down, ids = stopped_in_an_outage(rt, monkeypatch, _loop(), "first", "second")
-    assert [w[0] for w in rt._unsaid] == ids
-    down[0] = False
-    entered, release = threading.Event(), threading.Event()
-    append = rt.store.append_events
-
-    def held(run_id: str, events: Any) -> None:
-        if run_id == ids[0] and any(e.kind == "interrupted" for e in events):
-            entered.set()
-            release.wait(60)  # (let go by the test; the bound: never a hang)
-        append(run_id, events)
-
-    monkeypatch.setattr(rt.store, "append_events", held)
-    return ids, entered, release
-
-
 def test_a_resume_in_another_threads_event_loop_waits_for_the_words(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loop = _loop()
     with lw.Runtime(pg_url) as rt:
-        ids, entered, release = _two_unsaid(rt, monkeypatch)
+        ids, entered, release = first_word_held(rt, monkeypatch, loop)
         got: dict[str, lw.RunResult | BaseException] = {}
 
         def resume(run_id: str) -> None:
@@ -77,16 +57,10 @@ def test_a_resume_after_an_event_loop_cancelled_its_saying_waits_for_the_write(
 ) -> None:
     loop = _loop()
     with lw.Runtime(pg_url) as rt:
-        ids, entered, release = _two_unsaid(rt, monkeypatch)
+        ids, entered, release = first_word_held(rt, monkeypatch, loop)
 
-        async def cancelled() -> None:
-            first = asyncio.ensure_future(rt.resume(ids[0], loop))
-            assert await asyncio.to_thread(entered.wait, 60)
-            first.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await first
-
-        asyncio.run(cancelled())  # (the first run's word still being written, in its thread)
+        # (the first run's word still being written, in its thread, as the event loop ends)
+        asyncio.run(cancelled_in_its_word(rt, ids[0], loop, entered))
 
         async def again() -> list[lw.RunResult]:
             went = asyncio.ensure_future(rt.resume(ids[0], loop))
@@ -108,7 +82,7 @@ def test_a_saying_left_in_a_stopped_event_loop_is_taken_over_not_waited_for(
     # next resume, in its own loop, once the write under way ended, and each only once.
     loop = _loop()
     with lw.Runtime(pg_url) as rt:
-        ids, entered, release = _two_unsaid(rt, monkeypatch)
+        ids, entered, release = first_word_held(rt, monkeypatch, loop)
         old = asyncio.new_event_loop()
         try:
             first = old.create_task(rt.resume(ids[0], loop))
