@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shlex
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -369,10 +370,15 @@ def check_decision(
     if status == "denied":
         return rule  # any approver may stop an action: roles, limits and who asked do not apply
     if user is None and roles:
+        # the command names the person deciding (polish55: `users add NAME`, typed as
+        # printed, made a user called NAME; and it was refused, the first user not an admin),
+        # with every role the request needs
+        need = " ".join(
+            f"--role {shlex.quote(r)}" for r in dict.fromkeys(["admin", "approver", *roles])
+        )
         no(
             f"request {req.approval_id} needs a person with the {' and '.join(roles)} role, and "
-            "this store has no users: add them (loopwright users add NAME --role approver "
-            f"--role {roles[0]})"
+            f"this store has no users: add them (loopwright users add {shlex.quote(who)} {need})"
         )
     missing = [r for r in roles if user is not None and r not in user.roles]
     if user is not None and missing:

@@ -484,7 +484,7 @@ class Concluding(RuntimeHost):
                 ex, "escalated", record=record, held_out=held_d, cause=cause, evidence=evidence
             )
             return True
-        edited: list[str] = _failed_edits(s, visible) if decision == "revise" else []
+        edited = _failed_edits(s, visible) if decision == "revise" else []
         if edited:
             # A person's version fails a visible check: the actor may not overwrite it (it is
             # accepted), so waiting would only spend the budget. The person decides, with the
@@ -494,8 +494,10 @@ class Concluding(RuntimeHost):
                 "escalated",
                 record=record,
                 held_out=held_d,
-                cause="; ".join(edited)
-                + edit_kept(ex.run_id, "or leave the run ended with the person's version"),
+                cause="; ".join(text for _, text in edited)
+                + edit_kept(
+                    ex.run_id, edited[0][0], "or leave the run ended with the person's version"
+                ),
             )
             return True
         reason: str | None = None
@@ -553,13 +555,13 @@ def _tokens_cause(n: int, cycle_tokens: int, total: int) -> str:
     return f"Usage.tokens: {what}; check what the actor and the checks report as tokens"
 
 
-def _failed_edits(s: TaskState, visible: Mapping[str, Verdict]) -> list[str]:
+def _failed_edits(s: TaskState, visible: Mapping[str, Verdict]) -> list[tuple[str, str]]:
     """For each part whose current version a person wrote and a visible check's error finding
-    touches: who edited it and what the check says."""
+    touches: the part, and who edited it and what the check says."""
     # Every cycle asks, over up to NOTES_WINDOW notes: a scan in C, no Python call per note.
     if "edit" not in map(_KIND, s.notes):
         return []
-    out: list[str] = []
+    out: list[tuple[str, str]] = []
     for name, verdict in visible.items():
         for f in verdict.findings:
             if f.severity != "error" or f.artifact is None or f.part is None:
@@ -568,8 +570,11 @@ def _failed_edits(s: TaskState, visible: Mapping[str, Verdict]) -> list[str]:
             note = person_edit(s, ref)
             if note is not None:
                 out.append(
-                    f"{note.get('by')}'s version of {ref} (v{note.get('version')}) fails the "
-                    f"visible check {name}: {f.message}"
+                    (
+                        ref,
+                        f"{note.get('by')}'s version of {ref} (v{note.get('version')}) fails "
+                        f"the visible check {name}: {f.message}",
+                    )
                 )
     return out
 

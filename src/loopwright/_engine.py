@@ -60,6 +60,7 @@ from ._result import (
 )
 from ._resume_ready import Resuming
 from ._run_create import Creating
+from ._saying import Saying
 from ._settle import Settling
 from ._store_folder import missing_schema_error, missing_store_folder
 from ._store_threads import uncancelled, written
@@ -192,7 +193,7 @@ class Runtime(
         # Words of executions that stopped alive the store refused (down as they stopped):
         # said again before this runtime's next resume counts crashes (``_say_unsaid``)
         self._unsaid: list[tuple[str, int, int, str]] = []
-        self._saying: asyncio.Future[None] | None = None  # (one resume says them at a time)
+        self._saying: Saying | None = None  # (one resume says them at a time)
         self.group_commit = group_commit
         self.memory_enabled = memory
         self._memory: FeedbackMemory | None = None

@@ -10,6 +10,7 @@ something to ask (accepted parts touched, effects, risk rules), so a plain cycle
 from __future__ import annotations
 
 import hashlib
+import shlex
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -26,6 +27,7 @@ from ._exec import Execution as _Exec
 from ._exec import OutOfTime
 from ._host import RuntimeHost
 from ._loop import Loop
+from ._packet import EDIT_ONE
 from ._person_edits import person_edit
 from ._proposal import Proposal, Verdict
 from ._state import Finding, TaskState, VersionLoader, split_ref
@@ -111,6 +113,7 @@ class Gates(RuntimeHost):
                 cause=f"the loop proposes to change {who}"
                 + edit_kept(
                     ex.run_id,
+                    edits[0][0],
                     "or let the loop overwrite it: an `overwrite_accepted` rule in the loop's "
                     "approval policy, in a fork run with that spec (`loopwright fork "
                     f"{ex.run_id[:12]} --at-cycle {s.cycle} --spec SPEC`)",
@@ -300,14 +303,16 @@ class Gates(RuntimeHost):
         return None
 
 
-def edit_kept(run_id: str, last: str) -> str:
+def edit_kept(run_id: str, part: str, last: str) -> str:
     """Why a run whose person's version the loop may not change escalated, with the commands
     that go on from it (advice47: "approve an overwrite" and "accept the run as it is" named
-    none); ``last``: the third choice, in words."""
+    none); ``part``: the person's part, named in the edit command (polish55: ``PART --value
+    V``); ``last``: the third choice, in words."""
     run = run_id[:12]
     return (
         " — a person's edit is not overwritten by the loop: edit the part again "
-        f"(`loopwright edit {run} PART --value V`, then `loopwright resume {run}`), roll back "
+        f"({EDIT_ONE.format(run=run, part=shlex.quote(part))}, then `loopwright resume {run}`), "
+        "roll back "
         f"to a cycle before the edit (`loopwright rollback {run} --to-cycle N`, then resume), "
         + last
     )

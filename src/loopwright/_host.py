@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import ConflictError
 from ._group import GroupCommitter, GroupRecall
 from ._memory import FeedbackMemory
+from ._saying import Saying
 from ._store_threads import in_store_thread, store_threads
 from .store import Approval, ClosedApproval, NewApproval, RunRecord, Store
 
@@ -55,7 +56,7 @@ class RuntimeHost:
     _active: int
     _driving: Counter[str]  # the runs this runtime is executing now (``Runtime.resume``)
     _unsaid: list[tuple[str, int, int, str]]  # words of stops alive the store refused
-    _saying: asyncio.Future[None] | None  # a resume saying them now (``_say_unsaid``)
+    _saying: Saying | None  # a resume saying them now (``_say_unsaid``)
     _memory: FeedbackMemory | None
     _group: GroupCommitter | None
     _recall_group: GroupRecall | None

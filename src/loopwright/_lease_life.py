@@ -18,6 +18,7 @@ from ._errors import StaleLeaseError, StoreUnavailableError
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._resume_ready import LEASE_LOST
+from ._saying import Saying
 from ._store_threads import in_store_thread, written
 from .store import NewEvent, RunRecord, Store
 from .store._protocol_commit import RowLocked
@@ -108,31 +109,35 @@ class LeaseLife(RuntimeHost):
         until it refuses one again: matched by lease wherever they lie, they are read by the
         count of the resume about to start (a worker's next claim after an outage, a caller
         that resumes once the store answers), not counted as crashes there (crash54)."""
-        # Said by one resume at a time: the others of this event loop wait for it. On a store
-        # whose writes go to threads (PostgreSQL), a second resume went on while the first
-        # said them, found none left, and counted its own run's stop, its word still on its
-        # way, as a crash (``max_crashes = 0``: escalated; review54c).
+        # Said by one resume at a time: the others wait for it, in this event loop or another
+        # (a thread's ``resume_sync``), a write of it that outlived it included (``Saying``).
+        # On a store whose writes go to threads (PostgreSQL), a second resume went on while
+        # the first said them, found none left, and counted its own run's stop, its word still
+        # on its way, as a crash (``max_crashes = 0``: escalated; review54c, polish55).
         here = asyncio.get_running_loop()
-        while (saying := self._saying) is not None and saying.get_loop() is here:
-            await asyncio.shield(saying)
+        while (saying := self._saying) is not None:
+            if saying.gone(here):
+                # left in an event loop that runs no more: what it had not said is said here
+                self._unsaid = [*saying.stop(), *self._unsaid][-_UNSAID_KEPT:]
+            await asyncio.shield(asyncio.wrap_future(saying.done))
         if not self._unsaid:
             return
-        self._saying = said = here.create_future()
         words, self._unsaid = self._unsaid, []
-        i = 0
+
+        def ended() -> None:
+            if self._saying is said:
+                self._saying = None
+
+        self._saying = said = Saying(words, here, ended)
         try:
             for i, word in enumerate(words):
-                if not await written(self.store, _said_alive, self.store, *word):
-                    self._unsaid = [*words[i:], *self._unsaid][-_UNSAID_KEPT:]
+                if not await written(self.store, said.say, i, _said_alive, self.store, *word):
                     return
-        except BaseException:
-            # Cancelled on the way (Ctrl-C, a worker's shutdown): the words after the one in
-            # flight (its store thread writes it) are kept, not dropped (review54c)
-            self._unsaid = [*words[i + 1 :], *self._unsaid][-_UNSAID_KEPT:]
-            raise
         finally:
-            self._saying = None
-            said.set_result(None)
+            # Refused, or cancelled on the way (Ctrl-C, a worker's shutdown, ``asyncio.run``'s
+            # teardown): the words not written are kept, not dropped (review54c); a write
+            # under way in a store thread ends the saying when it ends.
+            self._unsaid = [*said.stop(), *self._unsaid][-_UNSAID_KEPT:]
 
     def _ended_here(self, ex: _Exec, started: RunRecord) -> bool:
         """Whether a commit of ``ex`` (its answer lost: the connection dropped after the server

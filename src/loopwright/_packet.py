@@ -6,6 +6,7 @@ everything accepted, beside the unresolved findings, the evidence and where the 
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,7 +16,11 @@ from ._money_text import usd
 from ._state import TaskState
 
 __all__ = [
+    "EDIT_ONE",
+    "SETTLED_TAIL",
+    "SETTLE_TAIL",
     "build_packet",
+    "edit_part",
     "explain",
     "settle_first",
     "stop_cause",
@@ -30,12 +35,18 @@ _FORK = (
     "table with the higher {setting}), then `loopwright resume` the new run"
 )
 # A person's version instead of the actor's: judged by the checks, no actor call, first.
+# Runnable as printed but for FILE, which it says in words (polish55: `PART --value V`, typed
+# as printed, gave a text part the value "V"); {part}: a part the run holds (``edit_part``).
+EDIT_ONE = (
+    "`loopwright edit {run} {part} --file FILE` (FILE: a file holding the part's new value; "
+    "`--value` and the value itself for a short one)"
+)
 _EDIT = (
-    "`loopwright edit {run} PART --value V` (`--note TEXT`: a note the actor is shown), then "
+    EDIT_ONE + " (`--note TEXT`: a note the actor is shown), then "
     "`loopwright resume {run}`: a person's edit is judged by the checks, with no actor call, "
     "before the actor runs again"
 )
-_KEEP = {k: "{" + k + "}" for k in ("run", "cycle", "best")}  # filled by build_packet
+_KEEP = {k: "{" + k + "}" for k in ("run", "cycle", "best", "part")}  # filled by build_packet
 _REVIEW = "Review the best candidate: `loopwright show {run}`."
 _BUDGET = (
     "The {what} budget is spent. "
@@ -240,8 +251,20 @@ def _beyond(spent: Any, limit: float | int | None, *, whole: bool = False) -> st
 
 
 def _clip(text: str) -> str:
+    """``text`` within ``CAUSE_LIMIT``: its end cut, unless it ends with what to do about an
+    effect in doubt (``SETTLE_TAIL``: the command that settles it, or who settled it): then the
+    words before that are cut and that end is kept whole (polish55: a long failure message
+    pushed the settle command out of every list, page and webhook that shows the cause)."""
     text = " ".join(text.split())
-    return text if len(text) <= CAUSE_LIMIT else text[: CAUSE_LIMIT - 1] + "…"
+    if len(text) <= CAUSE_LIMIT:
+        return text
+    at = text.rfind(SETTLE_TAIL)
+    if at < 0 and (by := text.rfind(SETTLED_TAIL)) >= 0:
+        at = text.rfind("; ", 0, by)
+    room = CAUSE_LIMIT - (len(text) - at) - 1
+    if at > 0 and room >= CAUSE_LIMIT // 4:
+        return text[:room].rstrip() + "…" + text[at:]
+    return text[: CAUSE_LIMIT - 1] + "…"
 
 
 def stop_cause(
@@ -375,14 +398,32 @@ def waiting_compensations(state: TaskState, run_id: str) -> str | None:
     )
 
 
+def edit_part(state: TaskState) -> str:
+    """The part an escalation's edit command names (polish55: it printed ``PART``): the first
+    open finding's, else the first part still open, else the first part; quoted for a shell
+    where it must be."""
+    refs = [f"{f.artifact}/{f.part}" for f in state.findings if f.artifact and f.part]
+    refs += sorted(state.open_refs())
+    refs += [ref for ref, _ in state.iter_parts()]
+    return shlex.quote(refs[0]) if refs else "ARTIFACT/PART"
+
+
 def settle_first(run_id: str, key: str) -> str:
     """How an escalated run's advice begins while its own effect ``key`` is in doubt (the
-    settling replaces it with who settled it: ``_settle.settled_run_packet``)."""
+    settling replaces it with who settled it: ``_settle.settled_run_packet``). Each command
+    runs as printed (polish55: `--result JSON`, typed as printed, was refused as not JSON)."""
     return (
         "A person must check the outside world and settle the effect in doubt first: "
-        f"`loopwright settle {run_id[:12]} {key} --done --result JSON` if it happened, "
+        f"`loopwright settle {run_id[:12]} {key} --done` if it happened (`--result` and what "
+        "it returned, as JSON, for a redo to reuse), "
         f"`loopwright settle {run_id[:12]} {key} --not-done` if not; then "
     )
+
+
+# How a cause's last words that say what to do begin (kept whole by ``_clip``): an effect in
+# doubt's ``_settle.settle_hint``, and what its settling puts in their place.
+SETTLE_TAIL = "; once checked, settle it: "
+SETTLED_TAIL = " was settled "
 
 
 def in_python(advice: str, run: str) -> str:
@@ -418,8 +459,9 @@ def build_packet(
     # The contract's own action comes first; the reason-specific advice follows it.
     at_default = at_default_ceiling(contract, state.task)
     advised = "budget_cycles_default" if reason == "budget_cycles" and at_default else reason
+    part = edit_part(state)
     builtin = _ADVICE.get(advised, "Review the run: `loopwright show {run}`.").format(
-        run=run_id[:12], cycle=state.cycle, best=state.best_cycle or state.cycle
+        run=run_id[:12], cycle=state.cycle, best=state.best_cycle or state.cycle, part=part
     )
     if reason == "no_progress" and not state.findings:
         # no finding is open: "review the open findings" pointed at nothing
@@ -427,7 +469,7 @@ def build_packet(
             "The actor stopped improving with no finding open: the checks' scores held it "
             "back. Review the best candidate and the verdicts' evidence "
             f"(`loopwright show {run_id[:12]}`): give the parts your own version, "
-            + _EDIT.format(run=run_id[:12])
+            + _EDIT.format(run=run_id[:12], part=part)
             + "; or strengthen the actor's tools and fork the run with that spec "
             f"(`loopwright fork {run_id[:12]} --at-cycle {state.cycle} --spec SPEC`)."
         )

@@ -32,7 +32,8 @@ from .store._records import PAUSE
 __all__ = ["PAUSE", "Pausing"]
 
 # What a paused run is waiting on says itself, in ``status``/``show`` (its ``next_action``).
-_NEXT = "paused by {by} (request {id}): loopwright unpause RUN to let it go on"
+# (the run named: `unpause RUN`, typed as printed, was refused as no run; polish55)
+_NEXT = "paused by {by} (request {id}): `loopwright unpause {run}` to let it go on"
 
 
 def _checked_note(
@@ -194,7 +195,7 @@ class Pausing(RuntimeHost):
             self.store.append_events(ex.run_id, ex.events)
             ex.events = []
             return
-        s.next_action = _NEXT.format(by=by, id=pause.approval_id)
+        s.next_action = _NEXT.format(by=by, id=pause.approval_id, run=ex.run_id[:12])
         # (a cancel filed while it parked, which found the lease held: done now; one reported
         # with a group commit's durability is the caller's, ``Runtime.resume``)
         if self._commit(ex, None, {"status": "awaiting_approval"}):

@@ -24,7 +24,7 @@ from ._effect_keys import args_digest
 from ._errors import ConfigError
 from ._host import RuntimeHost
 from ._json import check_given_text, check_value
-from ._packet import settle_first
+from ._packet import SETTLE_TAIL, settle_first
 from ._people import _printable_note
 from ._redact import redact, redact_text
 from ._settle_refund import is_refund, settle_undoing, settled_packet, undone_words
@@ -224,9 +224,10 @@ def settle_hint(store: Store, run_id: str, key: str) -> str:
     found = store.journal(run_id, key=f"effect:{key}")
     if not found or found[0].status != "in_doubt" or found[0].data.get("from_run"):
         return ""
+    # (runnable as printed, kept whole by a clipped cause: ``_packet._clip``; polish55)
     return (
-        f"; once checked, settle it: `loopwright settle {run_id[:12]} {key} --done --result "
-        "JSON` (or `--not-done`), then roll the run back and resume it"
+        f"{SETTLE_TAIL}`loopwright settle {run_id[:12]} {key} --done` if it happened "
+        "(or `--not-done`), then roll the run back and resume it"
     )
 
 

@@ -133,13 +133,16 @@ def test_the_escalation_on_a_persons_version_names_commands_that_exist(tmp_path:
     assert "approve an overwrite" not in cause, cause
     run = shown["run"]["run_id"][:12]
     edit, resume, rollback, fork = _commands(cause)
-    assert edit == f"edit {run} PART --value V" and resume == f"resume {run}", cause
+    # the person's part named, the value's file said in words (polish55: `PART --value V`)
+    assert edit == f"edit {run} doc/n --file FILE" and resume == f"resume {run}", cause
+    assert "(FILE: a file holding the part's new value" in cause
     assert rollback == f"rollback {run} --to-cycle N", cause
     assert re.fullmatch(f"fork {run} --at-cycle \\d+ --spec SPEC", fork), cause
     assert "overwrite_accepted" in cause
     r = cli(*fork.replace("SPEC", "loop.toml").split(), cwd=tmp_path, store=store)
     assert r.returncode == 0, r.stderr  # (a fork: the run itself is not changed)
-    edit = edit.replace("PART", "doc/n").replace(" V", " 3") + " --by ann"
+    (tmp_path / "n.json").write_text("3")
+    edit = edit.replace("FILE", "n.json") + " --by ann"
     assert cli(*edit.split(), cwd=tmp_path, store=store).returncode == 0
     r = cli(*resume.split(), cwd=tmp_path, store=store)
     assert r.returncode == 0 and "accepted" in r.stdout, r.stdout + r.stderr

@@ -9,11 +9,9 @@ the second resume has ended or waits: either way the outcome is the same."""
 from __future__ import annotations
 
 import asyncio
-import threading
-from typing import Any
 
 import pytest
-from support.crash_bound import doc_loop, stopped_in_an_outage
+from support.crash_bound import cancelled_in_its_word, doc_loop, first_word_held
 
 import loopwright as lw
 
@@ -26,19 +24,7 @@ def test_a_resume_beside_the_one_saying_the_words_waits_for_its_runs(
     loop = doc_loop("edges", max_crashes=0)
     with lw.Runtime(pg_url) as rt:
         assert rt.store.concurrent_writers  # (the words said from store threads)
-        down, ids = stopped_in_an_outage(rt, monkeypatch, loop, "first", "second")
-        assert [w[0] for w in rt._unsaid] == ids
-        down[0] = False
-        entered, release = threading.Event(), threading.Event()
-        append = rt.store.append_events
-
-        def held(run_id: str, events: Any) -> None:
-            if run_id == ids[0] and any(e.kind == "interrupted" for e in events):
-                entered.set()
-                release.wait(60)  # (let go by the test below; the bound: never a hang)
-            append(run_id, events)
-
-        monkeypatch.setattr(rt.store, "append_events", held)
+        ids, entered, release = first_word_held(rt, monkeypatch, loop)
 
         async def both() -> list[lw.RunResult]:
             first = asyncio.ensure_future(rt.resume(ids[0], loop))
@@ -59,25 +45,10 @@ def test_a_resume_cancelled_while_it_says_them_keeps_the_words_not_reached(
     # dropped the words after it: the second run's next resume counted its stop as a crash.
     loop = doc_loop("edges", max_crashes=0)
     with lw.Runtime(pg_url) as rt:
-        down, ids = stopped_in_an_outage(rt, monkeypatch, loop, "first", "second")
-        down[0] = False
-        entered, release = threading.Event(), threading.Event()
-        append = rt.store.append_events
-
-        def held(run_id: str, events: Any) -> None:
-            if run_id == ids[0] and any(e.kind == "interrupted" for e in events):
-                entered.set()
-                release.wait(60)
-            append(run_id, events)
-
-        monkeypatch.setattr(rt.store, "append_events", held)
+        ids, entered, release = first_word_held(rt, monkeypatch, loop)
 
         async def cancelled() -> None:
-            first = asyncio.ensure_future(rt.resume(ids[0], loop))
-            assert await asyncio.to_thread(entered.wait, 60)
-            first.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await first
+            await cancelled_in_its_word(rt, ids[0], loop, entered)
             release.set()
 
         asyncio.run(cancelled())

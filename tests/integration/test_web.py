@@ -795,7 +795,7 @@ def test_a_part_too_long_for_the_page_is_edited_from_the_cli(
     _sign_in(c)
     page = c.get(f"/runs/{run_id}").text
     assert page.count("Too long to edit in the page") == 3
-    assert f"loopwright edit {run_id[:12]} doc/pay --file F" in page
+    assert f"loopwright edit {run_id[:12]} doc/pay --file FILE</code> (FILE:" in page
     assert page.count("Save edit") == 1
 
 

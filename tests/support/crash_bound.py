@@ -4,6 +4,7 @@ thread of its own until the test has acted, and runs stopped alive by the store 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -126,3 +127,37 @@ def stopped_in_an_outage(
             rt.run_sync(loop, TASK, task_key=key)
         ids.append(rt.store.get_run(key).run_id)
     return down, ids
+
+
+def first_word_held(
+    rt: lw.Runtime, monkeypatch: pytest.MonkeyPatch, loop: lw.Loop
+) -> tuple[list[str], threading.Event, threading.Event]:
+    """Two runs of ``loop`` stopped alive in an outage (``stopped_in_an_outage``), their words
+    kept, and the store answering again: the first run's word, when said, held in its write
+    until ``release`` is set (``entered`` says it began). The runs' ids and the two events."""
+    down, ids = stopped_in_an_outage(rt, monkeypatch, loop, "first", "second")
+    assert [w[0] for w in rt._unsaid] == ids
+    down[0] = False
+    entered, release = threading.Event(), threading.Event()
+    append = rt.store.append_events
+
+    def held(run_id: str, events: Any) -> None:
+        if run_id == ids[0] and any(e.kind == "interrupted" for e in events):
+            entered.set()
+            release.wait(60)  # (let go by the test; the bound: never a hang)
+        append(run_id, events)
+
+    monkeypatch.setattr(rt.store, "append_events", held)
+    return ids, entered, release
+
+
+async def cancelled_in_its_word(
+    rt: lw.Runtime, run_id: str, loop: lw.Loop, entered: threading.Event
+) -> None:
+    """A resume of ``run_id`` cancelled once the write of its runtime's first kept word began
+    (``first_word_held``: that write goes on in its store thread)."""
+    first = asyncio.ensure_future(rt.resume(run_id, loop))
+    assert await asyncio.to_thread(entered.wait, 60)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first

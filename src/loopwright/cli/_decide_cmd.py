@@ -551,6 +551,13 @@ def settle(
     if result is not None and not done:
         raise ConfigError("a result is for --done only", field="--result")
     value: Any = None
+    if result is not None and result.strip() == "JSON":
+        # (the advice of runs escalated before polish55 printed `--result JSON`)
+        raise ConfigError(
+            "JSON is the hint's placeholder: give what the effect returned, as JSON (say "
+            """--result '{"id": "ch_1"}'), or leave --result out""",
+            field="--result",
+        )
     if result is not None:
         try:
             value = strict_loads(result)

@@ -187,6 +187,13 @@ def edit(
 
     if (value is None) == (file is None):
         raise ConfigError("give exactly one of --value and --file", field="--value")
+    if value is not None and value.strip() == "V":
+        # The advice of runs escalated before polish55 printed `--value V`: typed as printed,
+        # a text part was given the text "V"
+        raise ConfigError(
+            """V is the hint's placeholder: give the part's new value (the text V itself: --value '"V"')""",
+            field="--value",
+        )
     text: str | None = None
     if file is not None:
         try:

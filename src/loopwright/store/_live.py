@@ -70,6 +70,16 @@ class LiveStore(ABC):
     def events_of_kind(self, run_id: str, kind: str) -> list[Event]:
         """The run's events of one kind, oldest first."""
 
+    def last_event_id(self) -> int:
+        """The id of the store's newest event (0: none); where ``events_after`` starts."""
+        return 0
+
+    def events_after(self, kind: str, after: int, limit: int = 1_000) -> list[Event]:
+        """Events of ``kind`` of every run, with ids above ``after``, oldest first, at most
+        ``limit`` (a store that cannot read them across runs: none). A SQL store walks the ids
+        from ``after`` on: what a look costs is the events written since, not the store."""
+        return []
+
     def was_notified(self, run_id: str, key: str, target: str) -> bool:
         """Whether the run holds a ``notified`` marker of ``key`` for ``target`` (one webhook
         delivery's "was this posted?"). A store that can reads the markers of that key only,
@@ -151,6 +161,24 @@ class LiveSQL(LiveStore):
                 self._MARK, "SELECT id, run_id, cycle, kind, ts, data FROM events " + query
             ),
             args,
+        )
+        return [Event(r[0], r[1], r[2], r[3], r[4], self._jl(r[5])) for r in rows]
+
+    def last_event_id(self) -> int:
+        rows = self._all("SELECT MAX(id) FROM events", [])
+        return int(rows[0][0] or 0) if rows else 0
+
+    def events_after(self, kind: str, after: int, limit: int = 1_000) -> list[Event]:
+        from ._base import Event
+
+        # by the primary key from ``after`` on (no index holds the kind across runs)
+        rows = self._all(
+            _in_dialect(
+                self._MARK,
+                "SELECT id, run_id, cycle, kind, ts, data FROM events WHERE id > ? AND kind = ? "
+                "ORDER BY id LIMIT ?",
+            ),
+            [int(after), kind, int(limit)],
         )
         return [Event(r[0], r[1], r[2], r[3], r[4], self._jl(r[5])) for r in rows]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from .._errors import RunNotFoundError
 from .._redact_logs import masked_logger
-from ..store import Approval, RunRecord, Store
+from ..store import Approval, Event, RunRecord, Store
 from ..store._live import RunMark
 
 __all__ = ["Change", "Feed"]
@@ -27,12 +27,17 @@ log = masked_logger("loopwright.feed")
 # Runs created this long before the previous look are still read: a writer's clock may lag
 # this process's, and a run created and ended between two looks is seen only this way.
 CREATED_MARGIN_S = 120.0
+# Settlings are read from this many event ids below the newest seen: PostgreSQL hands out
+# ids as transactions start, so a settling may commit after an event with a higher id.
+SETTLED_ID_MARGIN = 1_000
+SETTLED = "effect_settled"
 
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One change. ``kind``: ``run`` (``run`` set; ``new`` for a run not seen before) or
-    ``approval`` (``approval`` set: pending when new, else decided or expired).
+    """One change. ``kind``: ``run`` (``run`` set; ``new`` for a run not seen before),
+    ``approval`` (``approval`` set: pending when new, else decided or expired) or ``settled``
+    (an effect in doubt settled by a person: ``event`` and its ``run`` set).
     ``baseline``: a request already pending at the first look (only the notifier wants
     those; they are not sent to browsers)."""
 
@@ -42,6 +47,7 @@ class Change:
     approval: Approval | None = None
     new: bool = False
     baseline: bool = False
+    event: Event | None = None  # ``settled``: the run's ``effect_settled`` event
 
 
 Listener = Callable[[Change], None]
@@ -74,6 +80,8 @@ class Feed:
         self._seen: _Seen | None = None
         self._seq = 0
         self._last_look = 0.0
+        self._settled_after = 0  # the newest settling event seen (``_settlings``)
+        self._settled_seen: set[int] = set()  # those within the margin below it
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._nudge = threading.Event()  # cuts the wait short: stop, or wake
@@ -144,6 +152,7 @@ class Feed:
         seen, changes = self._seen, []
         if seen is None:
             self._seen = _Seen(marks, pending)
+            self._settled_after = self.store.last_event_id()  # (settlings from now on)
             for aid, rid in pending.items():
                 a = self._approval(rid, aid)
                 if a is not None:
@@ -177,9 +186,28 @@ class Feed:
             a = self._approval(seen.pending[aid], aid)
             if a is not None:
                 changes.append(self._change("approval", approval=a))
+        changes.extend(self._settlings())
         self._seen = _Seen(marks, pending)
         self._emit(changes)
         return changes
+
+    def _settlings(self) -> list[Change]:
+        """The effects in doubt a person settled since the previous look, wherever they did
+        (`loopwright settle`, the API, the dashboard, a refund's settling: each writes one
+        ``effect_settled`` event), each once (polish55: no listener heard of them)."""
+        floor = max(0, self._settled_after - SETTLED_ID_MARGIN)
+        out = []
+        for e in self.store.events_after(SETTLED, floor):
+            if e.id in self._settled_seen:
+                continue
+            self._settled_seen.add(e.id)
+            self._settled_after = max(self._settled_after, e.id)
+            rec = self._run_record(e.run_id)
+            if rec is not None:
+                out.append(self._change("settled", run=rec, event=e))
+        floor = self._settled_after - SETTLED_ID_MARGIN
+        self._settled_seen = {i for i in self._settled_seen if i > floor}
+        return out
 
     def _change(
         self,
@@ -189,9 +217,10 @@ class Feed:
         approval: Approval | None = None,
         new: bool = False,
         baseline: bool = False,
+        event: Event | None = None,
     ) -> Change:
         self._seq += 1
-        return Change(self._seq, kind, run, approval, new, baseline)
+        return Change(self._seq, kind, run, approval, new, baseline, event)
 
     def _emit(self, changes: list[Change]) -> None:
         # A listener with a ``baseline`` method gets the first look's baseline requests

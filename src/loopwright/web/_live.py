@@ -76,7 +76,9 @@ def sse_message(c: Change) -> str:
         data = {**approval_brief(c.approval), "new": c.new}
     else:  # pragma: no cover - every change carries one or the other
         data = {}
-    return f"id: {c.seq}\nevent: {c.kind}\ndata: {json.dumps(data, default=str)}\n\n"
+    # (a settling changes its run's stop cause and advice: the page's run rows are redrawn)
+    kind = "run" if c.kind == "settled" else c.kind
+    return f"id: {c.seq}\nevent: {kind}\ndata: {json.dumps(data, default=str)}\n\n"
 
 
 class Messages:

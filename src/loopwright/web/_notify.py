@@ -1,5 +1,5 @@
-"""Webhook notifications: a signed JSON POST when a run asks a person for a decision (and,
-when asked for, when a run ends).
+"""Webhook notifications: a signed JSON POST when a run asks a person for a decision, when a
+person settles an effect left in doubt (and, when asked for, when a run ends).
 
 The body carries a one-line ``text`` (what chat tools' incoming webhooks show: Slack,
 Mattermost, Rocket.Chat, Google Chat; Discord through its ``/slack`` URL) and the structured
@@ -37,7 +37,7 @@ from .._redact import redact, register_secret
 from .._redact_logs import masked_logger
 from .._stored_run_words import run_stop_cause
 from .._userinfo import without_userinfo
-from ..store import Approval, NewEvent, RunRecord, Store
+from ..store import Approval, Event, NewEvent, RunRecord, Store
 from ..store._live import NOTIFIED
 from ._feed import Change
 from ._webhook_post import http_post
@@ -50,6 +50,7 @@ __all__ = [
     "approval_body",
     "check_webhook_url",
     "run_end_body",
+    "settled_body",
     "sign",
     "url_where",
     "verify",
@@ -310,6 +311,48 @@ def run_end_body(rec: RunRecord, link_base: str | None) -> dict[str, Any]:
     }
 
 
+def settled_body(event: Event, rec: RunRecord | None, link_base: str | None) -> dict[str, Any]:
+    """The JSON posted when a person settles an effect left in doubt (``effect_settled``,
+    whatever settled it: `loopwright settle`, the API, the dashboard, a refund's settling):
+    who settled which effect of which run, done or not, and what is left to do."""
+    d = event.data
+    done = bool(d.get("done"))
+    url = f"{link_base}/runs/{quote(event.run_id)}" if link_base else None
+    task = f" ({_shown(rec.task_key)})" if rec is not None else ""
+    note = f": {_shown(str(d['note']), 200)}" if d.get("note") else ""
+    left = (
+        f"roll the run back to before cycle {event.cycle} and resume it"
+        if rec is not None and rec.status == "escalated"
+        else None
+    )
+    text = (
+        f"Effect settled: {_shown(str(d.get('effect')))} ({_shown(str(d.get('key')))}) of run "
+        f"{_shown(event.run_id[:12])}{task} settled {'done' if done else 'not done'} by "
+        f"{_shown(str(d.get('by')))}{note}"
+        + (f"; next: {left}" if left else "")
+        + (f" — {url}" if url else f" — loopwright show {event.run_id[:12]}")
+    )
+    return {
+        "text": text,
+        "event": "effect_settled",
+        "run_id": event.run_id,
+        "task_key": rec.task_key if rec is not None else None,
+        "loop": rec.loop_name if rec is not None else None,
+        "project": rec.project if rec is not None else None,
+        "cycle": event.cycle,
+        "effect": d.get("effect"),
+        "key": d.get("key"),
+        "done": done,
+        "status": d.get("status"),
+        "by": d.get("by"),
+        "note": d.get("note"),
+        "settled_at": _iso(event.ts),
+        "run_status": rec.status if rec is not None else None,
+        "next": left,
+        "url": url,
+    }
+
+
 def _retryable(status: int) -> bool:
     return status in (408, 425, 429) or status >= 500
 
@@ -416,8 +459,20 @@ class Notifier:
             self._queue(_Job("baseline", jobs[0].run_id, jobs[0].cycle, "", dict, covers=jobs))
 
     def __call__(self, change: Change) -> None:
-        a, rec = change.approval, change.run
-        if a is not None and a.status == "pending" and (change.new or change.baseline):
+        a, rec, ev = change.approval, change.run, change.event
+        if change.kind == "settled" and ev is not None:
+            # a person's settling, posted once per URL (its marker, by the event's id)
+            base = self.config.link_base
+            self._queue(
+                _Job(
+                    f"settled:{ev.id}",
+                    ev.run_id,
+                    ev.cycle,
+                    "effect_settled",
+                    lambda: settled_body(ev, rec, base),
+                )
+            )
+        elif a is not None and a.status == "pending" and (change.new or change.baseline):
             self._queue(self._approval_job(a))
         elif rec is not None and self.config.run_ends and rec.status in TERMINAL_STATUSES:
             base = self.config.link_base
