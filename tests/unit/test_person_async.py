@@ -85,125 +85,57 @@ def _held_elsewhere(rt: lw.Runtime, run_id: str) -> None:
     rt.store.acquire_lease(run_id, "another-host", 600)
 
 
-CASES: list[tuple[str, Callable[[lw.Runtime, str], None], Op, Op]] = [
-    (
-        "cancel",
-        _nothing,
-        lambda rt, r: rt.cancel(r, by="ops", loop=LOOP),
-        lambda rt, r: rt.cancel_async(r, by="ops", loop=LOOP),
-    ),
-    (
-        "cancel ended",
-        _ended,
-        lambda rt, r: rt.cancel(r, by="ops"),
-        lambda rt, r: rt.cancel_async(r, by="ops"),
-    ),
-    (
-        "cancel held elsewhere",
-        _held_elsewhere,
-        lambda rt, r: rt.cancel(r[:10], by="ops"),
-        lambda rt, r: rt.cancel_async(r[:10], by="ops"),
-    ),
-    (
-        "rollback",
-        _ended,
-        lambda rt, r: rt.rollback(r, 1, by="ops", loop=LOOP),
-        lambda rt, r: rt.rollback_async(r, 1, by="ops", loop=LOOP),
-    ),
-    (
-        "rollback out of range",
-        _ended,
-        lambda rt, r: rt.rollback(r, 9, by="ops"),
-        lambda rt, r: rt.rollback_async(r, 9, by="ops"),
-    ),
-    (
-        "rollback unknown run, no name",
-        _nothing,
-        lambda rt, r: rt.rollback("nope", 1, by=" "),
-        lambda rt, r: rt.rollback_async("nope", 1, by=" "),
-    ),
-    (
-        "edit",
-        _ended,
-        lambda rt, r: rt.edit(r, "doc/a", 7, by="ops", note="seven"),
-        lambda rt, r: rt.edit_async(r, "doc/a", 7, by="ops", note="seven"),
-    ),
-    (
-        "edit held elsewhere",
-        _held_elsewhere,
-        lambda rt, r: rt.edit(r, "doc/a", 7, by="ops"),
-        lambda rt, r: rt.edit_async(r, "doc/a", 7, by="ops"),
-    ),
+RUN = object()  # (stands for the run's id in a case's arguments)
+
+# (name, setup, operation, arguments, keywords): the operation on a run set up so, given the
+# arguments (``RUN``: the run's id), in its synchronous and its async form
+CASES: list[tuple[str, Callable[[lw.Runtime, str], None], str, tuple[Any, ...], dict[str, Any]]] = [
+    ("cancel", _nothing, "cancel", (RUN,), {"by": "ops", "loop": LOOP}),
+    ("cancel ended", _ended, "cancel", (RUN,), {"by": "ops"}),
+    ("cancel held elsewhere, by a prefix", _held_elsewhere, "cancel", ("PREFIX",), {"by": "ops"}),
+    ("rollback", _ended, "rollback", (RUN, 1), {"by": "ops", "loop": LOOP}),
+    ("rollback out of range", _ended, "rollback", (RUN, 9), {"by": "ops"}),
+    ("rollback unknown run, no name", _nothing, "rollback", ("nope", 1), {"by": " "}),
+    ("edit", _ended, "edit", (RUN, "doc/a", 7), {"by": "ops", "note": "seven"}),
+    ("edit held elsewhere", _held_elsewhere, "edit", (RUN, "doc/a", 7), {"by": "ops"}),
     (
         "edit unknown run",
         _nothing,
-        lambda rt, r: rt.edit("nope", "doc/a", 7, by="ops"),
-        lambda rt, r: rt.edit_async(run_id="nope", ref="doc/a", value=7, by="ops"),
+        "edit",
+        (),
+        {"run_id": "nope", "ref": "doc/a", "value": 7, "by": "ops"},
     ),
-    (
-        "settle not in doubt",
-        _ended,
-        lambda rt, r: rt.settle_effect(r, "pay:1", done=True, by="ops"),
-        lambda rt, r: rt.settle_effect_async(r, "pay:1", done=True, by="ops"),
-    ),
-    (
-        "settle not a bool",
-        _ended,
-        lambda rt, r: rt.settle_effect(r, "pay:1", done="yes", by="ops"),
-        lambda rt, r: rt.settle_effect_async(r, "pay:1", done="yes", by="ops"),
-    ),
-    (
-        "pause",
-        _nothing,
-        lambda rt, r: rt.pause(r, by="ops", note="wait"),
-        lambda rt, r: rt.pause_async(r, by="ops", note="wait"),
-    ),
-    (
-        "unpause",
-        _paused,
-        lambda rt, r: rt.unpause(r, by="ops"),
-        lambda rt, r: rt.unpause_async(r, by="ops"),
-    ),
-    (
-        "approve",
-        _paused,
-        lambda rt, r: rt.approve(r, by="ops", note="fine"),
-        lambda rt, r: rt.approve_async(r, by="ops", note="fine"),
-    ),
-    (
-        "deny",
-        _paused,
-        lambda rt, r: rt.deny(r, by="ops"),
-        lambda rt, r: rt.deny_async(r, by="ops"),
-    ),
-    (
-        "answer no question",
-        _paused,
-        lambda rt, r: rt.answer(r, "yes", by="ops"),
-        lambda rt, r: rt.answer_async(r, "yes", by="ops"),
-    ),
-    (
-        "approve nothing pending",
-        _nothing,
-        lambda rt, r: rt.approve(r, by="ops"),
-        lambda rt, r: rt.approve_async(r, by="ops"),
-    ),
-    (
-        "fork",
-        _ended,
-        lambda rt, r: rt.fork(r, 1, by="ops"),
-        lambda rt, r: rt.fork_async(r, 1, by="ops"),
-    ),
+    ("settle not in doubt", _ended, "settle_effect", (RUN, "pay:1"), {"done": True, "by": "o"}),
+    ("settle not a bool", _ended, "settle_effect", (RUN, "pay:1"), {"done": "yes", "by": "o"}),
+    ("pause", _nothing, "pause", (RUN,), {"by": "ops", "note": "wait"}),
+    ("unpause", _paused, "unpause", (RUN,), {"by": "ops"}),
+    ("approve", _paused, "approve", (RUN,), {"by": "ops", "note": "fine"}),
+    ("deny", _paused, "deny", (RUN,), {"by": "ops"}),
+    ("answer no question", _paused, "answer", (RUN, "yes"), {"by": "ops"}),
+    ("approve nothing pending", _nothing, "approve", (RUN,), {"by": "ops"}),
+    ("fork", _ended, "fork", (RUN, 1), {"by": "ops"}),
 ]
 
 
+def _form(name: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Op:
+    def op(rt: lw.Runtime, run_id: str) -> Any:
+        given = [run_id if a is RUN else run_id[:10] if a == "PREFIX" else a for a in args]
+        return getattr(rt, name)(*given, **kw)
+
+    return op
+
+
 @pytest.mark.parametrize(
-    ("setup", "sync", "awaited"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+    ("setup", "name", "args", "kw"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
 def test_the_async_form_gives_what_the_sync_form_gives(
-    tmp_path: Path, setup: Callable[[lw.Runtime, str], None], sync: Op, awaited: Op
+    tmp_path: Path,
+    setup: Callable[[lw.Runtime, str], None],
+    name: str,
+    args: tuple[Any, ...],
+    kw: dict[str, Any],
 ) -> None:
-    was, now = _twins(tmp_path, setup, sync, awaited)
+    was, now = _twins(tmp_path, setup, _form(name, args, kw), _form(f"{name}_async", args, kw))
     assert now == was
 
 
