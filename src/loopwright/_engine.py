@@ -13,8 +13,8 @@ resume owes before its first cycle, then the loop of cycles and their boundaries
 (``create``), ``_cycle`` (context → actor → verifiers; ``_edit_check``: the check-only cycle
 after a person's edit), ``_conclude`` (effects → decide), ``_checkpoint`` (the commit and its
 durability), ``_parking`` (approval requests and questions), ``_finishing`` (ending a run),
-``_reflection`` (the reflector's note, owed across a crash) and ``_people`` (people's
-decisions, cancel, rollback). What ``result`` returns, and the state a result holds, is
+``_reflection`` (the reflector's note, owed across a crash), ``_people`` (people's
+decisions, cancel, rollback) and ``_person_async`` (their async forms, off the event loop). What ``result`` returns, and the state a result holds, is
 ``_result``'s.
 """
 
@@ -51,6 +51,7 @@ from ._owners import owner_name
 from ._parking import Parking
 from ._pause import Pausing
 from ._people import Decisions
+from ._person_async import PersonAsync
 from ._redact import redact_text
 from ._reflection import Reflection
 from ._result import (
@@ -94,6 +95,7 @@ class Runtime(
     CancelRollback,
     Pausing,
     Settling,
+    PersonAsync,
 ):
     """Runs loops durably against a store.
 
@@ -103,7 +105,8 @@ class Runtime(
     where every task runs, and pays, again. ``owner``: the name this runtime's leases are held
     under (default ``host:pid:nonce:space``, unique); one name per process across every host
     on the store: a second open ``Runtime`` with it in this process is refused. Async methods
-    have ``*_sync`` twins.
+    have ``*_sync`` twins; a person's operations (``cancel``, ``edit`` ...) are synchronous,
+    with ``*_async`` twins that wait off the event loop.
     """
 
     def __init__(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -35,9 +36,20 @@ if TYPE_CHECKING:
     from ._state import TaskState
     from .trace._live import LiveTracer
 
-__all__ = ["ProgressFn", "RuntimeHost"]
+__all__ = ["RESERVED", "ProgressFn", "RuntimeHost"]
 
 ProgressFn = Callable[[RunRecord], None]
+
+
+class _Reserved(threading.local):
+    """The run a person's operation awaited in this store thread counted as driven by its
+    runtime for itself (``_person_async``), as ``(id(runtime), run_id)``: the one run whose
+    lease ``_take_lease`` lets that operation take though it is counted as driven."""
+
+    run: tuple[int, str] | None = None
+
+
+RESERVED = _Reserved()
 
 
 class RuntimeHost:
@@ -73,7 +85,7 @@ class RuntimeHost:
         return self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s)
 
     def _refuse_driven(self, run_id: str) -> None:
-        if run_id in self._driving:
+        if run_id in self._driving and RESERVED.run != (id(self), run_id):
             raise ConflictError(f"run {run_id} is being executed by this runtime ({self.owner})")
 
     async def _lease_to_drive(self, run_id: str) -> int:

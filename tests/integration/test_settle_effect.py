@@ -169,3 +169,26 @@ def test_a_settled_result_is_strict_json(url: str, capsys: pytest.CaptureFixture
     with lw.Runtime(url) as rt:
         [entry] = rt.store.journal(run_id, kind="effect")
         assert entry.status == "in_doubt"
+
+
+def test_settled_awaited_as_the_sync_form_settles(url: str) -> None:
+    """``settle_effect_async`` (async55) writes what ``settle_effect`` writes (the tests above):
+    the entry settled, the ``effect_settled`` event and the audit record; a rollback then redoes
+    it; a second settling is refused with the same words."""
+    import asyncio
+
+    charges: list[str] = []
+    with lw.Runtime(url) as rt:
+        run_id = _doubted(rt, charges)
+        got = asyncio.run(rt.settle_effect_async(run_id, "pay", done=False, by="ops", note="no"))
+        assert got.status == "failed" and "settled not done by ops" in got.data["cause"]
+        assert got.data["settled"] == {"by": "ops", "done": False, "note": "no"}
+        [ev] = [e for e in rt.store.events(run_id) if e.kind == "effect_settled"]
+        assert ev.data["by"] == "ops" and ev.data["done"] is False
+        [rec] = rt.store.audit(target=f"run {run_id}", action="settle_effect")
+        assert (rec.actor, rec.outcome) == ("ops", "allowed")
+        with pytest.raises(lw.ConfigError, match="is failed, not in doubt; in doubt: none"):
+            asyncio.run(rt.settle_effect_async(run_id, "pay:I6", done=False, by="ops"))
+        asyncio.run(rt.rollback_async(run_id, 0, by="ops", loop=_paying(charges, None)))
+        assert rt.resume_sync(run_id, _paying(charges, None)).status == "accepted"
+    assert charges == ["I6", "I6"]

@@ -1,0 +1,118 @@
+"""A person's operations awaited off the event loop: ``cancel_async``, ``rollback_async``,
+``edit_async``, ``settle_effect_async``, ``approve_async``, ``deny_async``, ``answer_async``,
+``pause_async``, ``unpause_async`` and ``fork_async`` (async55).
+
+Each is its synchronous form (``_cancel_rollback``, ``_fork``, ``_settle``, ``_people``,
+``_pause``) run whole in a store thread (``_store_threads``), awaited: the same checks,
+writes, audit records, result and errors, nothing of it written twice. A write of the
+synchronous form waits for a row another session holds locked (a person in psql, the
+dashboard) where it is made: called from async code that drives runs, it held every run of the
+event loop; in a store thread it holds only its caller. It waits there for the lock as the
+synchronous form does (``BRIEF_LOCK_WAITS`` off for it: a person's operation of several
+writes is not tried again whole after some of them were made).
+
+The run operated on is counted as driven by this runtime (``_driving``) from before the
+thread starts until the operation has ended, unless the runtime drives it already (then the
+operation finds it so, as the synchronous form does): a ``resume`` of this runtime made
+meanwhile is refused (``ConflictError``), as it is while the operation holds the run's lease
+for another executor; otherwise it took the lease between the operation's check and its take
+(the store lets an owner take its own lease again), and one fenced the other out (attack47).
+A caller cancelled while the operation is under way waits for its end (a write in a thread
+no cancellation stops), then is cancelled: whatever it did is done.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from ._cancel_rollback import CancelRollback
+from ._errors import LoopwrightError
+from ._fork import Forking
+from ._host import RESERVED, RuntimeHost
+from ._pause import Pausing
+from ._people import Decisions
+from ._settle import Settling
+from ._store_threads import in_store_thread, uncancelled
+from .store._protocol_commit import BRIEF_LOCK_WAITS
+
+__all__ = ["PersonAsync", "off_the_loop"]
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+_H = TypeVar("_H", bound=RuntimeHost)
+
+
+async def off_the_loop(
+    rt: RuntimeHost, run_id: object, op: Callable[[], _T], *, leased: bool
+) -> _T:
+    """``op()`` (a person's operation on ``run_id``, as given: an id or its prefix) in a store
+    thread, awaited; the run counted as driven meanwhile when the operation takes its lease
+    (``leased``; the module's words)."""
+    rid: str | None = None
+    if leased and isinstance(run_id, str):
+        try:
+            rid = (await in_store_thread(rt.store.get_run, run_id)).run_id
+        except LoopwrightError:
+            rid = None  # (the operation says why, in its own order of checks)
+    if rid is not None and rid in rt._driving:
+        rid = None  # driven here: the operation finds it so, as the synchronous form does
+    if rid is not None:
+        rt._driving[rid] += 1
+    try:
+        return await uncancelled(in_store_thread(functools.partial(_waiting, rt, rid, op)))
+    finally:
+        if rid is not None:
+            rt._undrive(rid)
+
+
+def _waiting(rt: RuntimeHost, rid: str | None, op: Callable[[], _T]) -> _T:
+    """``op()`` here (a store thread), its writes waiting for a row lock as long as the
+    synchronous form's do, ``rid`` its runtime's to take the lease of."""
+    BRIEF_LOCK_WAITS.on = False
+    RESERVED.run = None if rid is None else (id(rt), rid)
+    try:
+        return op()
+    finally:
+        RESERVED.run = None
+        BRIEF_LOCK_WAITS.on = True
+
+
+def _awaited(
+    op: Callable[Concatenate[_H, _P], _T], *, leased: bool
+) -> Callable[Concatenate[_H, _P], Coroutine[Any, Any, _T]]:
+    """The async form of a person's operation ``op`` (its first argument the run; ``leased``:
+    it takes the run's lease)."""
+    name = f"{op.__name__}_async"
+
+    @functools.wraps(op)
+    async def run(self: _H, /, *args: _P.args, **kw: _P.kwargs) -> _T:
+        run_id = args[0] if args else kw.get("run_id")
+        return await off_the_loop(
+            self, run_id, functools.partial(op, self, *args, **kw), leased=leased
+        )
+
+    run.__name__, run.__qualname__ = name, f"Runtime.{name}"
+    run.__doc__ = (
+        f"``{op.__name__}``, awaited: run in a store thread, so that a write waiting on a row "
+        "another session holds locked holds no other run of the event loop. The same "
+        f"arguments, result, errors and audit records as ``Runtime.{op.__name__}``.\n\n"
+        f"{op.__doc__ or ''}"
+    )
+    return run
+
+
+class PersonAsync(RuntimeHost):
+    """The async forms of a person's operations (mixed into ``Runtime``)."""
+
+    cancel_async = _awaited(CancelRollback.cancel, leased=True)
+    rollback_async = _awaited(CancelRollback.rollback, leased=True)
+    edit_async = _awaited(Forking.edit, leased=True)
+    fork_async = _awaited(Forking.fork, leased=False)
+    settle_effect_async = _awaited(Settling.settle_effect, leased=True)
+    approve_async = _awaited(Decisions.approve, leased=False)
+    deny_async = _awaited(Decisions.deny, leased=False)
+    answer_async = _awaited(Decisions.answer, leased=False)
+    pause_async = _awaited(Pausing.pause, leased=True)
+    unpause_async = _awaited(Pausing.unpause, leased=False)
