@@ -45,7 +45,7 @@ def key_of(eff: Effect, run_id: str, cycle: int, call: EffectCall) -> tuple[str,
 
 
 def args_digest(recorded: Any) -> str:
-    """The digest of a call's arguments as recorded (``_effect_run._jsonable``) that its claim
+    """The digest of a call's arguments as recorded (``_effect_journal._jsonable``) that its claim
     keeps (``args_hash``): a claim done with another digest was done with other arguments."""
     return hashlib.sha256(_canon(recorded).encode()).hexdigest()[:24]
 

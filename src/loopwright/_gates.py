@@ -344,7 +344,7 @@ def done_before(
     if claim is None or claim.status != "done":
         return "", None
     by = "this run" if claim.run_id == run_id else f"run {claim.run_id[:12]}"
-    from ._effect_run import _jsonable  # (a done claim: the effects' runner, not at import)
+    from ._effect_journal import _jsonable  # (a done claim: the effects' journal, not at import)
 
     same = claim.args_hash is None or claim.args_hash == args_digest(_jsonable(dict(c.args)))
     if not same:

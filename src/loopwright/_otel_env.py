@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from urllib.parse import unquote, urlsplit
 
-from ._redact import SECRET_FIELDS, _key, _secret_name, register_secret
+from ._redact_registry import SECRET_FIELDS, _key, _secret_name, register_secret
 
 __all__ = ["otel_tracing_configured", "register_header_values", "register_otlp_headers"]
 

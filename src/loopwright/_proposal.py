@@ -22,7 +22,8 @@ from ._frozen import quick_init
 from ._json import is_text, not_text, owned_copy
 from ._question import Question
 from ._record_codec import packed_proposal
-from ._redact import any_registered, redact, redact_registered
+from ._redact import redact, redact_registered
+from ._redact_registry import any_registered
 from ._state import Finding, PlanStep, part_ref
 from ._usage import Usage, plain_usage
 from ._verdict import Verdict

@@ -15,7 +15,7 @@ as they are, so the common case allocates nothing). What counts as a secret:
   …``, GitHub, Slack, AWS, Google, Hugging Face and GitLab tokens, loopwright's own ``lw_…``
   user tokens, SendGrid keys, Twilio API key SIDs and a secret written after a SID or, in a
   text naming an account's SID, apart from it, JWTs); a ``.netrc`` entry's password, ``curl -u USER:PASSWORD``, Docker's base64 ``"auth"``
-  (``_redact_shapes._curl_users``, ``_auth_values``); ``password=…`` (``DB_PASSWORD=…``),
+  (``_redact_substitutions._curl_users``, ``_auth_values``); ``password=…`` (``DB_PASSWORD=…``),
   ``github_token=…``,
   ``{'token': '…'}`` (``{'pwd': …}``, ``{'cookie': …}``, ``{'private_key': …}``; a quoted
   value read to its closing quote, an escaped quote inside it), ``pwd=…``, a command line's
@@ -39,9 +39,7 @@ not masked: see docs/security.md.
 from __future__ import annotations
 
 import functools
-import os
 import re
-import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -55,23 +53,46 @@ from ._redact_forms import (  # noqa: F401  (re-exported: their home before the 
     _mask_base64,
     _written,
 )
-from ._redact_runs import any_run, mask_runs, register_runs, restore_runs, runs_state
+from ._redact_registry import (  # noqa: F401  (re-exported: their home before the split)
+    _SECRET_SUFFIXES,
+    MIN_SECRET_LEN,
+    SECRET_FIELDS,
+    RegistryState,
+    _camel_secret,
+    _env_secrets,
+    _fields_now,
+    _key,
+    _lock,
+    _registered,
+    _registered_fields,
+    _resets,
+    _secret_name,
+    _values,
+    any_registered,
+    register_secret,
+    register_secret_field,
+    registry_state,
+    resets,
+)
+from ._redact_runs import any_run, mask_runs, restore_runs
 from ._redact_shapes import (  # noqa: F401  (re-exported: their home before the split)
     _PREFILTER,
     _SHAPES,
     _TRIGGER_IN,
     _TRIGGERS,
     REDACTED,
+    _trie,
+    _triggered,
+    _upper_triggered,
+    _value,
+)
+from ._redact_substitutions import (  # noqa: F401  (re-exported: their home before the split)
     _auth_values,
     _basic_pair,
     _curl_users,
     _jwts,
     _shape,
-    _trie,
-    _triggered,
     _twilio_tokens,
-    _upper_triggered,
-    _value,
 )
 
 try:
@@ -90,144 +111,6 @@ __all__ = [
 ]
 
 
-MIN_SECRET_LEN = 6
-"""Shorter values are not masked by value (they would mask ordinary text); their keys and
-shapes still are."""
-
-SECRET_FIELDS: frozenset[str] = frozenset(
-    {
-        "password",
-        "passwd",
-        "pwd",
-        "passphrase",
-        "secret",
-        "secret_key",
-        "client_secret",
-        "api_key",
-        "apikey",
-        "access_key",
-        # Azure storage's key (``{"AccountKey": …}``, ``account_key``, ``accountkey``)
-        "account_key",
-        "accountkey",
-        "private_key",
-        "token",
-        "access_token",
-        "refresh_token",
-        "id_token",
-        "auth_token",
-        "bearer",
-        "authorization",
-        "credentials",
-        "cookie",
-        "session_key",
-    }
-)
-"""Mapping keys whose values are always masked (compared lower-cased, ``-`` read as ``_``)."""
-
-# (``MYSQL_PWD`` is MySQL's password variable, ``SMTP_PASS`` a common spelling; ``PWD`` and
-# ``OLDPWD``, the shell's directories, have no ``_`` before it)
-_ENV_NAME = re.compile(
-    r"(?:_KEY|_TOKEN|_SECRET|_APIKEY|_PWD|_PASS)$|PASSWORD|PASSWD", re.IGNORECASE
-)
-
-# A mapping key ending in one of these (after ``_key``'s normalising: ``x-api-key`` is
-# ``x_api_key``), or holding ``password``/``passwd``, is named like a secret too: ``db_password``,
-# ``OPENAI_API_KEY``, ``github_token``, an HTTP header's ``Proxy-Authorization`` (Basic
-# credentials) or ``Set-Cookie``. (Not every ``*_key``: ``task_key`` is a name.)
-_SECRET_SUFFIXES = (
-    "_authorization",
-    "_cookie",
-    "_credentials",
-    "_passphrase",
-    "_secret",
-    "_api_key",
-    "_apikey",
-    "_token",
-    "_access_key",
-    "_account_key",
-    "_private_key",
-    "_secret_key",
-)
-
-
-def _secret_name(k: str, fields: frozenset[str]) -> bool:
-    """Whether normalised key ``k`` names a secret."""
-    return k in fields or "passw" in k or k.endswith(_SECRET_SUFFIXES)
-
-
-# A lower-case letter or digit followed by a capital: where a name in camelCase or PascalCase
-# (``SessionToken``, ``clientSecret``) has the ``_`` of its snake_case spelling
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_camels: dict[str, bool] = {}
-
-
-def _camel_secret(name: str) -> bool:
-    """Whether mapping key ``name``, written in camelCase or PascalCase, names a secret of
-    ``SECRET_FIELDS`` read as snake_case (``SecretAccessKey`` and ``SessionToken`` of AWS's
-    credentials, ``clientSecret``, ``refreshToken``, ``privateKey``); ``taskKey``,
-    ``maxTokens`` are not. Decided once per name (mapping keys repeat)."""
-    hit = _camels.get(name)
-    if hit is None:
-        split = _CAMEL.sub("_", name.strip())
-        hit = len(split) > len(name.strip()) and _secret_name(
-            split.lower().replace("-", "_"), SECRET_FIELDS
-        )
-        if len(_camels) < 10_000:
-            _camels[name] = hit
-    return hit
-
-
-_lock = threading.Lock()
-_registered: set[str] = set()
-_registered_fields: set[str] = set()
-# [environment snapshot, secret values], replaced whole (one assignment: thread-safe enough).
-_env_cache: list[Any] = [None, ()]
-
-
-# The dummy keys local servers are given (their docs' own examples: vLLM "EMPTY", Ollama
-# "ollama", LM Studio "lm-studio" / "not-needed", llama.cpp "sk-no-key-required"): no secret,
-# and masking one would mask that word in every model name and prompt ("ollama/llama3").
-PLACEHOLDER_KEYS = frozenset(
-    {
-        "empty", "ollama", "lm-studio", "lmstudio", "not-needed", "sk-no-key-required",
-        "no-key", "none", "dummy", "placeholder", "offline", "local", "sk-local", "sk-dummy",
-    }
-)  # fmt: skip
-
-
-def _placeholder(value: str) -> bool:
-    return value.lower() in PLACEHOLDER_KEYS
-
-
-def register_secret(value: str | None) -> None:
-    """Mask ``value`` wherever it appears from now on (the adapters register their API keys).
-    Values shorter than ``MIN_SECRET_LEN`` and ``PLACEHOLDER_KEYS`` are ignored."""
-    if not isinstance(value, str):
-        return
-    value = value.strip()
-    if len(value) >= MIN_SECRET_LEN and not _placeholder(value):
-        with _lock:
-            _registered.update(_written(value))
-        register_runs(value, _registered)  # and its pieces (``_redact_runs``)
-
-
-RegistryState = tuple[frozenset[str], frozenset[str], Any]
-_resets = [0]  # how many times ``reset`` ran: what was registered once may be gone since
-
-
-def resets() -> int:
-    """How many times ``reset`` has run in this process (a memo of "registered already",
-    ``_spec.register_run_secrets``'s, holds only while this is unchanged)."""
-    return _resets[0]
-
-
-def registry_state() -> RegistryState:
-    """What is registered now: the values, the field names and the index of the values'
-    pieces (``_redact_runs``), for ``reset``."""
-    with _lock:
-        return frozenset(_registered), frozenset(_registered_fields), runs_state()
-
-
 def reset(state: RegistryState | None = None) -> None:
     """Back to ``state`` (``registry_state``; None: nothing registered, as a process starts):
     the values, the field names, and the index of the values' pieces with them. Emptying
@@ -242,65 +125,6 @@ def reset(state: RegistryState | None = None) -> None:
         restore_runs(runs)
         _resets[0] += 1
     _clean_texts.clear()
-
-
-def register_secret_field(name: str) -> None:
-    """Mask the value of every mapping key called ``name`` from now on (a spec's
-    ``secret_fields``)."""
-    if isinstance(name, str) and name.strip():
-        with _lock:
-            _registered_fields.add(_key(name))
-
-
-_keys: dict[str, str] = {}
-
-
-def _key(name: str) -> str:
-    # Mapping keys repeat (every record has the same ones): normalise each once.
-    k = _keys.get(name)
-    if k is None:
-        k = name.strip().lower().replace("-", "_")
-        if len(_keys) < 10_000:
-            _keys[name] = k
-    return k
-
-
-def _env_secrets() -> tuple[str, ...]:
-    """Values of secret-looking environment variables, longest first; recomputed only when
-    those variables change."""
-    # A C-level comparison with a copy of the raw environment decides whether the cache still
-    # holds (no snapshot is built per call: this runs on every commit).
-    raw = getattr(os.environ, "_data", None)
-    current = raw if isinstance(raw, dict) else dict(os.environ)
-    cached = _env_cache[0]
-    values: tuple[str, ...] = _env_cache[1]
-    if current != cached:
-        snapshot = dict(current)
-        values = tuple(
-            sorted(
-                {
-                    form
-                    for k, v in os.environ.items()
-                    if len(v) >= MIN_SECRET_LEN
-                    and _ENV_NAME.search(k) is not None
-                    and not _placeholder(v.strip())
-                    for form in _written(v)
-                },
-                key=len,
-                reverse=True,
-            )
-        )
-        _env_cache[:] = [snapshot, values]
-    return values
-
-
-def _values() -> tuple[str, ...]:
-    env = _env_secrets()
-    if not _registered:
-        return env
-    with _lock:
-        extra = tuple(_registered)
-    return tuple(sorted(set(env).union(extra), key=len, reverse=True))
 
 
 _exact: dict[tuple[str, ...], re.Pattern[str] | None] = {}
@@ -403,14 +227,6 @@ def _declared_text(s: str, fields: frozenset[str]) -> str:
     return _declared_pattern(names).sub(lambda m: m.group("kept") + REDACTED, s)
 
 
-def _fields_now() -> frozenset[str]:
-    """``SECRET_FIELDS`` and the names registered since (the same object when none are)."""
-    if not _registered_fields:
-        return SECRET_FIELDS
-    with _lock:
-        return SECRET_FIELDS | _registered_fields
-
-
 def redact_text(text: str) -> str:
     """``text`` with every secret it contains masked (see the module's list)."""
     return _text(text, _values(), _fields_now())
@@ -452,11 +268,6 @@ def redact_unique(obj: Any) -> Any:
     if not isinstance(obj, str) and _clean(obj, values, fields, remember=False):
         return obj
     return _walk(obj, values, fields, False)
-
-
-def any_registered() -> bool:
-    """Whether a value was given to ``register_secret`` (no call into the walk when none)."""
-    return bool(_registered)
 
 
 def redact_registered(obj: Any) -> Any:

@@ -22,7 +22,8 @@ from __future__ import annotations
 import functools
 import re
 
-from ._redact_shapes import _SHAPE_ALTERNATIVES, _SHAPES, _compiled, _shape, _trie
+from ._redact_shapes import _SHAPE_ALTERNATIVES, _SHAPES, _trie
+from ._redact_substitutions import _compiled, _shape
 
 # The characters of ``[A-Za-z0-9_-]`` lower-cased: a secret's name before its keyword
 # (``_NAME_BEFORE``, an option's words in ``_FLAG``), and of a URL's scheme

@@ -101,7 +101,7 @@ class Settling(RuntimeHost):
             data["doubt"] = {k: entry.data[k] for k in ("cause", "error") if k in entry.data}
             if done:
                 status = "done"
-                from ._effect_run import _jsonable  # (not at start-up: test_layering)
+                from ._effect_journal import _jsonable  # (not at start-up: test_layering)
 
                 data["result"] = _jsonable(result)
             else:

@@ -66,7 +66,7 @@ from ._effects import Effect
 from ._errors import ConfigError, SpecError
 from ._loop import Check, Loop
 from ._policy import ApprovalPolicy
-from ._redact import register_secret_field, resets
+from ._redact_registry import register_secret_field, resets
 from ._retry import RetryPolicy
 from ._spec_children import note_folder, note_module
 from ._spec_reflector import reflector_of

@@ -18,7 +18,7 @@ from doc_loop import TASK
 from test_redo_keys import ALLOW
 
 import loopwright as lw
-from loopwright import _effect_run
+from loopwright import _effect_journal
 from loopwright._effect_holders import holder, running_here
 
 HANG_S = 60.0  # a bound on waits that only a hang reaches (never a measurement)
@@ -81,7 +81,7 @@ def test_a_takeover_in_this_process_waits_for_an_async_call_in_flight(
         asked.set()
         return verdicts[-1]
 
-    monkeypatch.setattr(_effect_run, "holder", recording)
+    monkeypatch.setattr(_effect_journal, "holder", recording)
 
     def paid_already(key: str) -> Any:
         return {"paid": key} if key in paid else None
@@ -148,7 +148,7 @@ def test_a_drive_cancelled_while_its_async_call_runs_on_leaves_it_running_here(
         asked.set()
         return verdicts[-1]
 
-    monkeypatch.setattr(_effect_run, "holder", recording)
+    monkeypatch.setattr(_effect_journal, "holder", recording)
     paid: list[str] = []
 
     def paid_already(key: str) -> Any:

@@ -49,10 +49,10 @@ def make_loop(called: bool = False) -> lw.Loop:
 
 
 @pytest.fixture
-def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Nothing registered: the process as it starts (the pieces' index belongs to the
-    registry object, so a new one has none)."""
-    monkeypatch.setattr(_redact, "_registered", set())
+def fresh_registry() -> None:
+    """Nothing registered: the process as it starts (``reset`` empties the pieces' index
+    with the values)."""
+    _redact.reset()
 
 
 def test_an_adapter_registers_its_urls_credentials_when_built(fresh_registry: None) -> None:
@@ -64,11 +64,11 @@ def test_an_adapter_registers_its_urls_credentials_when_built(fresh_registry: No
         model = build()
         assert redact_text(said) == "echo *** and ***"
         # a worker process unpickles it: registered there as it is built
-        _redact._registered = set()
+        _redact.reset()
         assert redact_text(said) == said
         pickle.loads(pickle.dumps(model))
         assert redact_text(said) == "echo *** and ***"
-        _redact._registered = set()
+        _redact.reset()
 
 
 def test_a_notifier_registers_its_urls_credentials_and_signing_secret(

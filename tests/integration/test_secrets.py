@@ -64,7 +64,7 @@ def _planted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.delenv("LOOPWRIGHT_STORE", raising=False)
     monkeypatch.setenv(sandbox.ALLOW_UNISOLATED_ENV, "1")  # where no bwrap: hook
-    monkeypatch.setattr(_redact, "_registered", set())
+    _redact.reset()
 
 
 @pytest.fixture
@@ -244,7 +244,7 @@ def test_secret_fields_of_a_spec_mask_the_task_of_loopwright_run(
     """A spec's ``secret_fields`` (docs/security.md: declare the task fields that hold secrets
     by name) reach the store masked through ``loopwright run``; before, the key was refused as
     unknown and there was no way to declare one in a spec."""
-    monkeypatch.setattr(_redact, "_registered_fields", set())
+    _redact.reset()
     secret = "DE44500105175407324931"
     (tmp_path / "code.py").write_text(
         "import loopwright as lw\n"

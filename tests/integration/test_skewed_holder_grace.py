@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import loopwright as lw
-from loopwright import _call_retry, _effect_run
+from loopwright import _call_retry, _effect_journal, _effect_run
 from loopwright.store.sqlite import SQLiteStore
 
 TTL = 30.0
@@ -114,7 +114,7 @@ def _recorded(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     async def backoff(store: Any, ex: Any, delay: float, what: str) -> None:
         waits.append(delay)
 
-    monkeypatch.setattr(_effect_run, "asyncio", _asyncio_sleeping(sleep))
+    monkeypatch.setattr(_effect_journal, "asyncio", _asyncio_sleeping(sleep))
     monkeypatch.setattr(_effect_run, "backoff", backoff)
     monkeypatch.setattr(_call_retry, "backoff", backoff)
     return waits
@@ -180,7 +180,7 @@ def test_a_taker_whose_clock_disagrees_waits_until_the_holder_cannot_start(
         moved[0] += max(delay, 0.0)
 
     waits: list[float] = []
-    monkeypatch.setattr(_effect_run, "asyncio", _asyncio_sleeping(sleep))
+    monkeypatch.setattr(_effect_journal, "asyncio", _asyncio_sleeping(sleep))
     monkeypatch.setattr(time, "time", now)
     if url.startswith("sqlite"):  # one host: one clock for both, whatever each process says
         monkeypatch.setattr(SQLiteStore, "clock", lambda self: real_time() + moved[0])
@@ -219,8 +219,8 @@ def test_a_taker_whose_clock_disagrees_waits_until_the_holder_cannot_start(
 
 
 def _asyncio_sleeping(sleep: Any) -> Any:
-    """``asyncio`` for ``_effect_run`` with its ``sleep`` replaced, the rest the real module's
-    (``CancelledError`` among them: an effect's intent write is waited out uncancelled)."""
+    """``asyncio`` for ``_effect_journal`` (where ``grace`` sleeps) with its ``sleep`` replaced,
+    the rest the real module's."""
 
     class _Asyncio:
         def __getattr__(self, name: str) -> Any:

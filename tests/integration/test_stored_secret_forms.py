@@ -27,7 +27,7 @@ ADAPTER_KEY = "planted/adapter+key:46&x"
 @pytest.fixture(autouse=True)
 def _planted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SERVICE_API_KEY", ENV_KEY)
-    monkeypatch.setattr(_redact, "_registered", set())
+    _redact.reset()
 
 
 TASK = {"artifacts": {"doc": {"a": 0}}}

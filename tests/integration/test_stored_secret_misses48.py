@@ -25,8 +25,8 @@ SHORT_B64 = base64.b64encode(b"x" + SHORT.encode() + b"-tail").decode()
 
 
 @pytest.fixture(autouse=True)
-def _clean_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_redact, "_registered", set())
+def _clean_registry() -> None:
+    _redact.reset()
 
 
 def test_the_shapes_found_by_stop_48_are_not_stored(tmp_path: Path) -> None:

@@ -24,8 +24,8 @@ DOCKER_AUTH = base64.b64encode(b"bob:dockerPw47planted").decode()
 
 
 @pytest.fixture(autouse=True)
-def _clean_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_redact, "_registered", set())
+def _clean_registry() -> None:
+    _redact.reset()
 
 
 def test_the_shapes_found_by_secrets47_are_not_stored(tmp_path: Path) -> None:

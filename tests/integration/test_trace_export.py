@@ -914,7 +914,7 @@ def test_a_collector_echoing_the_urls_password_has_it_masked_in_the_error(
     are), so the error printed them."""
     from loopwright import _redact
 
-    monkeypatch.setattr(_redact, "_registered", set())
+    _redact.reset()
     password = "otlp-url-pw-4c2d9e"
 
     class Handler(BaseHTTPRequestHandler):

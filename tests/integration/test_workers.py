@@ -403,7 +403,7 @@ def test_why_a_run_was_skipped_is_stored_masked(
 
     from loopwright import _redact, _worker
 
-    monkeypatch.setattr(_redact, "_registered", set())
+    _redact.reset()
     secret = "sk-review42-0123456789abcdef"
     _redact.register_secret(secret)
 

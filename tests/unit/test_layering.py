@@ -219,6 +219,7 @@ NOT_AT_STARTUP = {
     "difflib",
     "secrets",
     "loopwright._effect_run",
+    "loopwright._effect_journal",
     "loopwright._earned",
     "loopwright._reversal",
 }

@@ -15,9 +15,8 @@ from loopwright._redact import REDACTED, redact, redact_text, register_secret, r
 
 
 @pytest.fixture(autouse=True)
-def _clean_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_redact, "_registered", set())
-    monkeypatch.setattr(_redact, "_registered_fields", set())
+def _clean_registry() -> None:
+    _redact.reset()
 
 
 def test_secret_environment_values_are_masked(monkeypatch: pytest.MonkeyPatch) -> None:

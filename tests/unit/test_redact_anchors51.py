@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from loopwright import _redact, _redact_anchors
 from loopwright._redact import redact_text
 from loopwright._redact_anchors import ANCHORED, KEY_HEADS, shapes_sub
-from loopwright._redact_shapes import _SHAPE_ALTERNATIVES, _SHAPES, _shape
+from loopwright._redact_shapes import _SHAPE_ALTERNATIVES, _SHAPES
+from loopwright._redact_substitutions import _shape
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"

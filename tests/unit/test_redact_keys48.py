@@ -34,9 +34,8 @@ KEYS = {
 
 
 @pytest.fixture(autouse=True)
-def _clean_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_redact, "_registered", set())
-    monkeypatch.setattr(_redact, "_registered_fields", set())
+def _clean_registry() -> None:
+    _redact.reset()
 
 
 @pytest.mark.parametrize("name", sorted(KEYS))

@@ -16,9 +16,8 @@ from loopwright._redact import REDACTED, redact, register_secret
 
 
 @pytest.fixture(autouse=True)
-def _clean_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_redact, "_registered", set())
-    monkeypatch.setattr(_redact, "_registered_fields", set())
+def _clean_registry() -> None:
+    _redact.reset()
 
 
 @pytest.mark.parametrize(

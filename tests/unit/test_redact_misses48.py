@@ -19,9 +19,8 @@ TOKEN = "5d1e" * 8  # a Twilio auth token: 32 hex digits
 
 
 @pytest.fixture(autouse=True)
-def _clean_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_redact, "_registered", set())
-    monkeypatch.setattr(_redact, "_registered_fields", set())
+def _clean_registry() -> None:
+    _redact.reset()
 
 
 @pytest.mark.parametrize(

@@ -22,9 +22,8 @@ OTHER = "sk-proj-Hh3Jk8Lm2Nn5Pq7Rs9Tt1Uv4Wx6Yz0Ab2C"
 
 
 @pytest.fixture(autouse=True)
-def _clean_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_redact, "_registered", set())
-    monkeypatch.setattr(_redact, "_registered_fields", set())
+def _clean_registry() -> None:
+    _redact.reset()
     register_secret(KEY)
 
 
@@ -89,8 +88,8 @@ def test_shorter_pieces_other_keys_digests_and_prose_are_kept() -> None:
     assert redact_registered(other) is other
 
 
-def test_a_registry_replaced_has_no_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_redact, "_registered", set())
+def test_a_registry_replaced_has_no_pieces() -> None:
+    _redact.reset()
     assert redact_text(KEY[8:]) == KEY[8:]
 
 

@@ -21,9 +21,8 @@ TW_SECRET = "Zq9xW2vB7nM4kL1pR8sT5yU3iO6aE0dF"  # 32 letters and digits
 
 
 @pytest.fixture(autouse=True)
-def _nothing_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    for registry in ("_registered", "_registered_fields"):
-        monkeypatch.setattr(_redact, registry, set())
+def _nothing_registered() -> None:
+    _redact.reset()
 
 
 @pytest.mark.parametrize(

@@ -205,7 +205,7 @@ def test_secret_fields_are_registered_and_checked(
     names are registered when it is loaded (the run's task is masked by them)."""
     from loopwright import _redact
 
-    monkeypatch.setattr(_redact, "_registered_fields", set())
+    _redact.reset()
     assert lw.register_secret_field is _redact.register_secret_field
     assert lw.register_secret is _redact.register_secret
     task = {"IBAN": "DE44500105175407324931", "pin": "4711-planted", "goal": "pay"}

@@ -10,8 +10,8 @@ from loopwright._userinfo import without_userinfo
 
 
 @pytest.fixture(autouse=True)
-def _fresh_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_redact, "_registered", set())
+def _fresh_registry() -> None:
+    _redact.reset()
 
 
 @pytest.mark.parametrize(
