@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 from . import _decide as rules
 from ._contract import TERMINAL_STATUSES
+from ._crash_bound import crash_bound, crash_cause, crashes_at
 from ._edit_check import owed_after, owes_check
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
-from ._resume_ready import crash_bound, crash_cause, crashes_at
 from ._settle_refund import compensation_advice
 from ._store_threads import written
 from .store import NewEvent, RunRecord

@@ -14,6 +14,7 @@ from typing import Any
 
 from ._backoff import backoff, left_of, since
 from ._calls import CallTimeout, call_user
+from ._crash_bound import crash_bound
 from ._effect_holders import running_here, tracked
 from ._effect_journal import EffectJournal, EffectOutcome, _jsonable
 from ._effect_keys import (
@@ -29,7 +30,6 @@ from ._effect_keys import (
 from ._effects import Effect, EffectCall, EffectResult, _canon
 from ._errors import EffectKeyHeld, EffectKeyMoved
 from ._exec import Execution, error_info, exc_text
-from ._resume_ready import crash_bound
 from ._retry import RetryPolicy
 from ._store_threads import uncancelled
 from ._usage import Usage
