@@ -7,6 +7,8 @@ uncharged kills are bounded by it too)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ._contract import Contract
 from ._contract_rules import DEFAULT_MAX_CRASHES
 from .store import Event, Store
@@ -104,11 +106,20 @@ def crash_bound(contract: Contract) -> int:
     return DEFAULT_MAX_CRASHES if bound is None else bound
 
 
-def crash_cause(crashes: int, cycle: int, bound: int) -> str:
-    """The stop's words for a run ended by its crash bound."""
-    return (
+def crash_cause(
+    crashes: int, cycle: int, bound: int, *, effects: Mapping[str, list[str]] | None = None
+) -> str:
+    """The stop's words for a run ended by its crash bound (``effects``: ended in the cycle's
+    effects, those its journal holds done and those whose outcome is unknown)."""
+    said = (
         f"the run's executor crashed {crashes} time{'s' * (crashes != 1)} at cycle {cycle} "
         "(killed, out of memory, "
         f"a crash in native code or os._exit) and budget.max_crashes allows {bound}: escalated "
         "instead of driving the cycle again; find what kills the process, then fork the run"
     )
+    if effects is not None:
+        done, unknown = effects.get("done") or [], effects.get("unknown") or []
+        said += f". It died in the cycle's effects: done {done or 'none'}"
+        if unknown:
+            said += f"; started and not known to have finished {unknown}: check them"
+    return said

@@ -246,9 +246,9 @@ async def perform_effect(
                 # an effect with ``attempts=1`` ended a run an uninterrupted one accepted
                 # (killcmp54). An attempt that may have acted (idempotent, no hook) still
                 # counts: the bound holds the calls the outside world may have seen. As many
-                # as ``max_crashes`` allows, no more: the crash bound is not judged on a resume
-                # that finishes a cycle's effects, and a process dying there every time (a
-                # native crash in the effect's client) was resumed for ever (review54c).
+                # as ``max_crashes`` allows, no more (review54c): the crash bound, judged on a
+                # resume that finishes a cycle's effects too (crash55), ends a process dying
+                # here every time first; this holds the attempts to it all the same.
                 attempts = max(0, attempts - 1)
                 uncharged += 1  # (its intent's, the next: ``intent`` below)
         elif entry.status == "waiting":

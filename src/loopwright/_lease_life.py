@@ -81,7 +81,7 @@ class LeaseLife(RuntimeHost):
         except asyncio.CancelledError:
             cancelled = True
         try:
-            if ex.seq > opened and (ex.lost or alive is not None):
+            if (ex.seq > opened or ex.started_said) and (ex.lost or alive is not None):
                 why = LEASE_LOST if ex.lost else str(alive)
                 word = (ex.run_id, ex.token, ex.state.cycle, why)
                 if not await written(self.store, _said_alive, self.store, *word):
