@@ -129,6 +129,7 @@ class Driving(RuntimeHost):
                 # Its executor died in the cycle's effects or after them, before the cycle's
                 # commit: a crash at that cycle as any other (an effect's call or the commit
                 # that kills the process every time ended only by the spend budgets; crash55).
+                # A parked cycle is judged so once it is decided (``_settle_pending``).
                 if self._past_crash_bound(ex):
                     return
                 await self._say_started(ex)
@@ -186,8 +187,9 @@ class Driving(RuntimeHost):
             reflect = decided = True
 
     def _past_crash_bound(self, ex: _Exec) -> bool:
-        """Whether the run, its executor dead mid-cycle (resumed while ``running``), is past the
-        contract's crash bound at this cycle: then ended ``escalated`` instead of driven again.
+        """Whether the run, its executor dead mid-cycle (resumed while ``running``, or a parked
+        cycle resumed once decided: the executions since the park), is past the contract's
+        crash bound at this cycle: then ended ``escalated`` instead of driven again.
         A cycle stopped in its effects keeps what its journal holds of them: each one done is
         kept, and charged (its cost was never committed), and the packet names them and those
         whose outcome is unknown; none is called, nor its reconcile hook (what may kill)."""
@@ -198,9 +200,11 @@ class Driving(RuntimeHost):
         at = ex.state.cycle + 1
         evidence: dict[str, Any] = {"crashes": crashes, "cycle": at, "max_crashes": bound}
         pend = ex.state.pending
-        if pend is not None and pend.get("stage") == "effects":
-            ex.state.pending = None  # (an ended run owes no effects: a fork or an edit goes on)
-            evidence["effects"] = _effects_kept(self.store, ex, at)
+        if pend is not None and (pend.get("stage") == "effects" or "approval_id" in pend):
+            # (an ended run owes no effects nor a decided cycle: a fork or an edit goes on)
+            ex.state.pending = None
+            if pend.get("stage") == "effects":
+                evidence["effects"] = _effects_kept(self.store, ex, at)
         cause = crash_cause(crashes, at, bound, effects=evidence.get("effects"))
         self._finish(ex, "escalated", cause=cause, evidence=evidence)
         return True

@@ -162,5 +162,39 @@ def test_a_stall_after_the_effects_repeating_at_one_cycle_ends_at_the_bound(
                 t.join()
         assert (r.status, r.stop_reason) == ("escalated", "escalated"), r.packet
         assert "crashed 2 times at cycle 1" in r.packet["cause"], r.packet
-        assert r.packet["evidence"].get("effects") == {"done": ["notify:n:1"], "unknown": []}, r.packet
+        assert r.packet["evidence"].get("effects") == {"done": ["notify:n:1"], "unknown": []}, (
+            r.packet
+        )
         assert all(isinstance(ended[t.name], lw.StaleLeaseError) for t in threads), ended
+
+
+def test_dying_as_an_answered_cycle_concludes_every_time_escalates_at_the_bound(
+    url: str, tmp_path: Path
+) -> None:
+    # Cycle 1 asks a question and the run parks; once it is answered, each resume dies as it
+    # concludes that cycle (before any commit of its own). The run stays ``awaiting_approval``
+    # with its request decided, and the crash bound was judged only for a run resumed while
+    # ``running``: resumed for ever. Now the executions since the park that died count.
+    work = tmp_path / "w"
+    rc, parked = _run(url, "ask", work, CB_ASK="1", CB_EXIT_AFTER_EFFECTS="1000")
+    assert rc == 0 and parked is not None and parked["status"] == "awaiting_approval", parked
+    with lw.Runtime(url) as rt:
+        rt.answer(rt.store.get_run("ask").run_id, "three", by="ana")
+    died, result = _until_done(url, "ask", work, CB_ASK="1", CB_EXIT_AFTER_EFFECTS="1000")
+    # (before: every resume concluded the answered cycle again and died, past 20 processes)
+    assert died == lw.DEFAULT_MAX_CRASHES + 1 == 6
+    assert result["status"] == "escalated", result
+    assert "crashed 6 times at cycle 1" in result["packet"]["cause"], result["packet"]
+    assert result["packet"]["evidence"] == {"crashes": 6, "cycle": 1, "max_crashes": 5}
+    with lw.Runtime(url) as rt:
+        run_id = rt.store.get_run("ask").run_id
+        assert rt.store.latest_checkpoint(run_id).state.get("pending") is None
+    # within the bound, it goes on as it would have: answered, then accepted
+    work = tmp_path / "v"
+    rc, parked = _run(url, "ask2", work, CB_ASK="1", CB_EXIT_AFTER_EFFECTS="5")
+    assert rc == 0 and parked is not None
+    with lw.Runtime(url) as rt:
+        rt.answer(rt.store.get_run("ask2").run_id, "three", by="ana")
+    died, result = _until_done(url, "ask2", work, CB_ASK="1", CB_EXIT_AFTER_EFFECTS="5")
+    assert died == 5
+    assert (result["status"], result["cycles"]) == ("accepted", 3), result

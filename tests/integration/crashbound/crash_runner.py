@@ -9,7 +9,9 @@ run one each), which appends to ``WORK/effects.log``. Each actor call appends it
 every attempt. ``CB_MAX_CRASHES`` sets ``budget.max_crashes``. With ``CB_EXIT_AFTER_EFFECTS=TIMES``,
 the effect reports a cost ($0.25), and the process ends the same way after cycle 1's effects,
 before the cycle is concluded (as a kill in its commit would), the first ``TIMES`` times (counted
-in ``WORK/deaths.log``). On a normal return it prints the run's result as JSON.
+in ``WORK/deaths.log``). With ``CB_ASK``, cycle 1's actor asks a person a question instead
+(the run parks; cycle 1 is concluded once it is answered). On a normal return it prints the
+run's result as JSON.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ def _loop(work: Path) -> lw.Loop:
         log = work / "calls.log"
         with open(log, "a") as fh:
             fh.write(f"{ctx.cycle}\n")
+        if ctx.cycle == 1 and os.environ.get("CB_ASK"):
+            return lw.Proposal(question=lw.Question("which n?"))
         for point in exit_at.split(",") if exit_at else ():
             cycle, times = (int(x) for x in point.split(":"))
             made = log.read_text().split().count(str(cycle))
