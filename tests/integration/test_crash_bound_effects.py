@@ -198,3 +198,31 @@ def test_dying_as_an_answered_cycle_concludes_every_time_escalates_at_the_bound(
     died, result = _until_done(url, "ask2", work, CB_ASK="1", CB_EXIT_AFTER_EFFECTS="5")
     assert died == 5
     assert (result["status"], result["cycles"]) == ("accepted", 3), result
+
+
+def test_ctrl_c_after_the_effects_at_one_cycle_is_no_crash(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ten Ctrl-Cs after cycle 1's effects, before its commit (twice the default bound): each
+    # resume that finishes the effects writes its start event first and, stopping alive, says
+    # so by its lease, so none is counted and the run ends as it would have.
+    hits = [0]
+    conclude = lw.Runtime._conclude
+
+    def interrupted(self: Any, ex: Any, n: int, *args: Any, **kw: Any) -> bool:
+        if n == 1 and hits[0] < 10:
+            hits[0] += 1
+            raise KeyboardInterrupt
+        return conclude(self, ex, n, *args, **kw)
+
+    monkeypatch.setattr(lw.Runtime, "_conclude", interrupted)
+    loop = _effect_loop(max_crashes=5)
+    task = {"artifacts": {"doc": {"n": 0}}}
+    with lw.Runtime(url) as rt:
+        for _ in range(10):
+            with pytest.raises(KeyboardInterrupt):
+                rt.run_sync(loop, task, task_key="ctrl-c")
+        r = rt.run_sync(loop, task, task_key="ctrl-c")
+        assert (r.status, r.stop_reason, r.cycles) == ("accepted", "success", 2), r.packet
+        words = [e for e in rt.store.events(r.run_id) if e.kind == "interrupted"]
+        assert len(words) == 10 and {e.data["why"] for e in words} == {"KeyboardInterrupt"}
