@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.crash_bound import expire
 from test_crash_bound import DIED, _calls, _effects, _run, _until_done
-from test_crash_bound_alive import _expire
 
 import loopwright as lw
 
@@ -147,13 +147,13 @@ def test_a_stall_after_the_effects_repeating_at_one_cycle_ends_at_the_bound(
         try:
             for name, (entered, _go) in gates.items():
                 if threads:
-                    _expire(rt, run_id)
+                    expire(rt, run_id)
                 t = threading.Thread(target=drive, name=name, daemon=True)
                 t.start()
                 threads.append(t)
                 while not entered.wait(0.05):
                     assert t.is_alive(), ended.get(name)
-            _expire(rt, run_id)
+            expire(rt, run_id)
             r = rt.resume_sync(run_id, loop)
         finally:
             for _entered, go in gates.values():
