@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import loopwright as lw
-from loopwright._resume_ready import crashes_at
+from loopwright._crash_bound import crashes_at
 from loopwright.store import NewEvent
 
 

@@ -11,17 +11,18 @@ boundary the last cycle's commit made durable (``_checkpoint._settle``), its ref
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import _decide as rules
 from ._contract import TERMINAL_STATUSES
+from ._crash_bound import crash_bound, crash_cause, crashes_at
 from ._edit_check import owed_after, owes_check
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
-from ._resume_ready import crash_bound, crash_cause, crashes_at
 from ._settle_refund import compensation_advice
 from ._store_threads import written
-from .store import NewEvent, RunRecord
+from ._usage import Usage
+from .store import NewEvent, RunRecord, Store
 
 __all__ = ["Driving"]
 
@@ -124,25 +125,21 @@ class Driving(RuntimeHost):
             # in its effects finishes them first, and parks at the boundary after).
             return
         elif ex.state.pending is not None and not owes_check(ex.state.pending):
+            if pend.get("stage") == "effects" and rec.status == "running":
+                # Its executor died in the cycle's effects or after them, before the cycle's
+                # commit: a crash at that cycle as any other (an effect's call or the commit
+                # that kills the process every time ended only by the spend budgets; crash55).
+                # A parked cycle is judged so once it is decided (``_settle_pending``).
+                if self._past_crash_bound(ex):
+                    return
+                await self._say_started(ex)
             done = await self._settle_pending(ex)
             if done:
                 return
             owed = True
         else:
-            if rec.status == "running":
-                # Its executor died mid-cycle (the run is resumed while ``running``): past the
-                # contract's crash bound at this cycle, ended instead of driven again.
-                crashes = crashes_at(self.store, ex.run_id, ex.state.cycle, ex.token)
-                bound = crash_bound(ex.contract)
-                if crashes > bound:
-                    at = ex.state.cycle + 1
-                    self._finish(
-                        ex,
-                        "escalated",
-                        cause=crash_cause(crashes, at, bound),
-                        evidence={"crashes": crashes, "cycle": at, "max_crashes": bound},
-                    )
-                    return
+            if rec.status == "running" and self._past_crash_bound(ex):
+                return
             owed = True
             self._commit_status(ex, "running")
         reflect = False
@@ -188,3 +185,67 @@ class Driving(RuntimeHost):
             if await (self._check_edit(ex) if check else self._cycle(ex)):
                 return
             reflect = decided = True
+
+    def _past_crash_bound(self, ex: _Exec) -> bool:
+        """Whether the run, its executor dead mid-cycle (resumed while ``running``, or a parked
+        cycle resumed once decided: the executions since the park), is past the contract's
+        crash bound at this cycle: then ended ``escalated`` instead of driven again.
+        A cycle stopped in its effects keeps what its journal holds of them: each one done is
+        kept, and charged (its cost was never committed), and the packet names them and those
+        whose outcome is unknown; none is called, nor its reconcile hook (what may kill)."""
+        crashes = crashes_at(self.store, ex.run_id, ex.state.cycle, ex.token)
+        bound = crash_bound(ex.contract)
+        if crashes <= bound:
+            return False
+        at = ex.state.cycle + 1
+        evidence: dict[str, Any] = {"crashes": crashes, "cycle": at, "max_crashes": bound}
+        pend = ex.state.pending
+        if pend is not None and (pend.get("stage") == "effects" or "approval_id" in pend):
+            # (an ended run owes no effects nor a decided cycle: a fork or an edit goes on)
+            ex.state.pending = None
+            if pend.get("stage") == "effects":
+                evidence["effects"] = _effects_kept(self.store, ex, at)
+        cause = crash_cause(crashes, at, bound, effects=evidence.get("effects"))
+        self._finish(ex, "escalated", cause=cause, evidence=evidence)
+        return True
+
+    async def _say_started(self, ex: _Exec) -> None:
+        """Write this execution's start event (naming its lease) before anything of the cycle
+        runs, where no commit comes first (a cycle's effects finished): a death in them is then
+        counted by the next resume (``crashes_at``), and a stop alive said by its lease. Not a
+        checkpoint: an effect done before the crash is known recovered by the checkpoint its
+        write-ahead made (``base_seq``). Fenced by the lease, renewed just before it."""
+        said, ex.events = ex.events, []
+        try:
+            await written(self.store, self.store.renew_lease, ex.run_id, ex.token, self.lease_ttl_s)
+            await written(self.store, self.store.append_events, ex.run_id, said)
+        except BaseException:
+            ex.events = [*said, *ex.events]  # (not written: with the next commit, if any)
+            raise
+        ex.started_said = True
+
+
+def _effects_kept(store: Store, ex: _Exec, cycle: int) -> dict[str, list[str]]:
+    """The effects of ``cycle`` (its write-ahead's) as the journal holds them, for a run ended
+    by its crash bound in them: ``done`` (their cost charged now, as a resume that finished
+    them would have: never committed) and ``unknown`` (started, their outcome not recorded:
+    a person checks them). Nothing is called."""
+    kept: dict[str, list[str]] = {"done": [], "unknown": []}
+    for e in store.journal(ex.run_id, kind="effect", cycle=cycle):
+        key = e.key.removeprefix("effect:")
+        if e.status == "done":
+            kept["done"].append(key)
+            usage = e.data.get("usage")
+            if usage:
+                u = Usage.from_dict(usage)
+                ex.calls.append(
+                    {
+                        "who": f"effect:{e.data.get('name')}",
+                        "cost_usd": u.cost_usd,
+                        "tokens": u.tokens,
+                    }
+                )
+                ex.state.spent = ex.state.spent + Usage(u.cost_usd, u.tokens, 0.0)
+        elif e.status in ("intent", "waiting", "in_doubt"):
+            kept["unknown"].append(key)
+    return kept

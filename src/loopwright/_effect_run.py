@@ -14,6 +14,7 @@ from typing import Any
 
 from ._backoff import backoff, left_of, since
 from ._calls import CallTimeout, call_user
+from ._crash_bound import crash_bound
 from ._effect_holders import running_here, tracked
 from ._effect_journal import EffectJournal, EffectOutcome, _jsonable
 from ._effect_keys import (
@@ -29,7 +30,6 @@ from ._effect_keys import (
 from ._effects import Effect, EffectCall, EffectResult, _canon
 from ._errors import EffectKeyHeld, EffectKeyMoved
 from ._exec import Execution, error_info, exc_text
-from ._resume_ready import crash_bound
 from ._retry import RetryPolicy
 from ._store_threads import uncancelled
 from ._usage import Usage
@@ -246,9 +246,9 @@ async def perform_effect(
                 # an effect with ``attempts=1`` ended a run an uninterrupted one accepted
                 # (killcmp54). An attempt that may have acted (idempotent, no hook) still
                 # counts: the bound holds the calls the outside world may have seen. As many
-                # as ``max_crashes`` allows, no more: the crash bound is not judged on a resume
-                # that finishes a cycle's effects, and a process dying there every time (a
-                # native crash in the effect's client) was resumed for ever (review54c).
+                # as ``max_crashes`` allows, no more (review54c): the crash bound, judged on a
+                # resume that finishes a cycle's effects too (crash55), ends a process dying
+                # here every time first; this holds the attempts to it all the same.
                 attempts = max(0, attempts - 1)
                 uncharged += 1  # (its intent's, the next: ``intent`` below)
         elif entry.status == "waiting":

@@ -59,6 +59,9 @@ class Execution:
     seq: int
     state: TaskState
     lost: bool = False
+    # Its start event written ahead of its first commit (a cycle's effects finished on resume:
+    # ``_driving``), so that a stop alive is said by its lease as after a commit (``_wind_down``)
+    started_said: bool = False
     events: list[NewEvent] = field(default_factory=list)
     record: dict[str, Any] | None = None  # the loaded checkpoint's record (a parked cycle's)
     retries: dict[str, JournalEntry] = field(default_factory=dict)

@@ -4,7 +4,7 @@ the heartbeat stopped, the stop said when the run stops alive, the lease handed 
 
 ``resume`` (``_engine``) starts the heartbeat and calls ``_wind_down`` in its ``finally``;
 ``_said_alive`` is the ``interrupted`` event that keeps a stop alive from counting as a crash
-(``_resume_ready.crashes_at``); ``_ended_here`` judges, after the release, whether a commit whose
+(``_crash_bound.crashes_at``); ``_ended_here`` judges, after the release, whether a commit whose
 answer was lost ended the run all the same.
 """
 
@@ -14,10 +14,10 @@ import asyncio
 import contextlib
 
 from ._contract import TERMINAL_STATUSES
+from ._crash_bound import LEASE_LOST
 from ._errors import StaleLeaseError, StoreUnavailableError
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
-from ._resume_ready import LEASE_LOST
 from ._saying import Saying
 from ._store_threads import in_store_thread, written
 from .store import NewEvent, RunRecord, Store
@@ -81,7 +81,7 @@ class LeaseLife(RuntimeHost):
         except asyncio.CancelledError:
             cancelled = True
         try:
-            if ex.seq > opened and (ex.lost or alive is not None):
+            if (ex.seq > opened or ex.started_said) and (ex.lost or alive is not None):
                 why = LEASE_LOST if ex.lost else str(alive)
                 word = (ex.run_id, ex.token, ex.state.cycle, why)
                 if not await written(self.store, _said_alive, self.store, *word):

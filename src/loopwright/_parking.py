@@ -172,6 +172,10 @@ class Parking(RuntimeHost):
             waiting = NewEvent(s.cycle, "still_waiting", {"approval_id": req.approval_id})
             await written(self.store, self.store.append_events, ex.run_id, [*said, waiting])
             return True
+        # decided: its executors that died finishing the cycle since count (crash55)
+        if self._past_crash_bound(ex):
+            return True
+        await self._say_started(ex)
         n = int(pend["cycle"])
         # The decided cycle is this execution's to finish: one that ends with no record of its
         # own (a denial, a verifier giving up on the edit it judges, a policy changed since)

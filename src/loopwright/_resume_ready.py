@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._contract import TERMINAL_STATUSES, Contract, contract_from_snapshot
-from ._contract_rules import DEFAULT_MAX_CRASHES
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
 from ._exec import fit_history
@@ -16,7 +15,7 @@ from ._host import RuntimeHost
 from ._loop import Loop, check_loop, other_loop
 from ._state import TaskState
 from ._store_threads import written
-from .store import Event, RunRecord, Store
+from .store import RunRecord, Store
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -135,106 +134,3 @@ def _compensating(store: Store, run_id: str) -> bool:
     """Whether an ended run still has compensations to run (a cancelled run's)."""
     pending = store.latest_checkpoint(run_id).state.get("pending") or {}
     return bool(pending.get("stage") == "compensations")
-
-
-# Events after which the run was left for a person or ended, each written under the run's lease
-# by who held it (a commit, or its holder at once): a park for a person, a rollback, an end.
-# The count starts again after one. (A person's decision is none: it is written beside an
-# execution, a pause lifted before the run parked among them; the park before it counts.)
-_HANDED_OVER = frozenset(
-    {
-        *("approval_requested", "paused", "still_waiting", "rolled_back"),
-        *("stopped", "compensation_reused"),
-    }
-)
-_STARTS = frozenset({"started", "resumed"})
-# An execution's word that it stopped alive, naming its lease (``lease``, its fencing token): a
-# drain at shutdown, or ``interrupted`` (Ctrl-C, the store failing under it, a lease lost to
-# another executor). Matched to the execution by that token, never by where it lies in the
-# log: a lost lease is said after the executor that took the run over has started, maybe
-# died. A ``drained`` without a lease (written before leases were named) is read as it was
-# then: a handoff.
-_LEFT_ALIVE = frozenset({"drained", "interrupted"})
-LEASE_LOST = "lease lost"  # (the one such word written late, by an executor taken over)
-_PAGE = 16  # (a crashed execution leaves one event; a page or two reach the count's end)
-
-
-def crashes_at(store: Store, run_id: str, cycle: int, token: int | None = None) -> int:
-    """How many executions of a ``running`` run died while driving the cycle after ``cycle``
-    (its last concluded one) since that cycle concluded: read from the end of its event log at
-    resume (each execution commits its ``started``/``resumed`` event, naming its lease, with
-    the status, before its first call), never during a cycle (invariant 8). ``token``: the
-    lease of the execution asking (the one after the last in the log).
-
-    Read backwards up to a ``_HANDED_OVER`` event. Each execution met (its start event) died
-    unless it said it stopped alive (``_LEFT_ALIVE``, by its lease); so did the one that
-    concluded ``cycle`` (its ``decision`` met before its start, naming its lease), unless its
-    lease said so. (A decision of an older log names none: a word after it, or one by the lease
-    before its successor's, a takeover taking the lease before plus one.) An event written
-    beside the executions (a person's decision, a worker's or the dashboard's note, a person's
-    operation taking the lease between two executions) is passed over."""
-    before: int | None = None
-    met: list[int | None] = []  # the leases of the executions met (their start events)
-    alive: set[int] = set()
-    after = token  # the lease of the execution after the one met next
-    said = False  # a word written under its lease met since the last start (its execution's)
-    concluder = 0  # 1: the execution that concluded ``cycle`` died after it
-    while True:
-        page = store.events_tail(run_id, before_id=before, limit=_PAGE)
-        for e in page:
-            kind = e.kind
-            if kind in _STARTS:
-                lease = _lease(e)
-                met.append(lease)
-                if e.cycle < cycle:
-                    break
-                after, said = lease, False
-            elif kind in _LEFT_ALIVE:
-                lease = _lease(e)
-                if lease is None:
-                    break
-                alive.add(lease)
-                said = said or e.data.get("why") != LEASE_LOST
-            elif kind in _HANDED_OVER:
-                break
-            elif kind == "decision" and e.cycle <= cycle:
-                # the execution that concluded ``cycle`` (its start further back) died after
-                # it, unless it said otherwise by the lease its decision names. A decision of
-                # an older log names none: a word under its lease after it, or one said late
-                # by the lease before its successor's (a takeover's; a person's operation
-                # between them took a lease too, and this over-counted: crash54)
-                lease = _lease(e)
-                if lease is not None:
-                    concluder = 0 if lease in alive else 1
-                else:
-                    concluder = 0 if said or (after is not None and after - 1 in alive) else 1
-                break
-        else:
-            if len(page) == _PAGE:
-                before = page[-1].id
-                continue
-        # (judged once all is read: a word said as a commit of a group was still on its way
-        # may lie before its execution's start)
-        return concluder + sum(1 for lease in met if lease is None or lease not in alive)
-
-
-def _lease(e: Event) -> int | None:
-    """The lease an execution's event names (none in a log written before they did)."""
-    lease = e.data.get("lease")
-    return lease if isinstance(lease, int) and not isinstance(lease, bool) else None
-
-
-def crash_bound(contract: Contract) -> int:
-    """The crashes one cycle may have and still be driven again (``Budget.max_crashes``)."""
-    bound = contract.budget.max_crashes
-    return DEFAULT_MAX_CRASHES if bound is None else bound
-
-
-def crash_cause(crashes: int, cycle: int, bound: int) -> str:
-    """The stop's words for a run ended by its crash bound."""
-    return (
-        f"the run's executor crashed {crashes} time{'s' * (crashes != 1)} at cycle {cycle} "
-        "(killed, out of memory, "
-        f"a crash in native code or os._exit) and budget.max_crashes allows {bound}: escalated "
-        "instead of driving the cycle again; find what kills the process, then fork the run"
-    )

@@ -12,10 +12,10 @@ from typing import Any
 
 from ._concluded import concluded_in
 from ._contract import TERMINAL_STATUSES
+from ._crash_bound import _LEFT_ALIVE, _lease
 from ._decide import record_no_attempt
 from ._errors import ConfigError, RunNotFoundError
 from ._inherited import fork_seq, inherited
-from ._resume_ready import _LEFT_ALIVE, _lease
 from .store import Approval, Checkpoint, Event, RunRecord, Store
 from .store._records import PAUSE
 
@@ -384,7 +384,7 @@ class _RunFold:
         # events
         self.failures: Counter[str] = Counter()
         self.running = self.handed_off = False
-        # Crash resumes as the crash count reads them (``_resume_ready.crashes_at``): the
+        # Crash resumes as the crash count reads them (``_crash_bound.crashes_at``): the
         # executions (their leases) a ``resumed`` followed without a handoff, each a crash
         # unless it said, by its lease, that it stopped alive (``interrupted``: Ctrl-C, the
         # store failing, its lease lost; ``drained``), maybe late (a lost lease is said after

@@ -148,7 +148,7 @@ def test_a_stalled_executor_is_counted_by_its_taker_until_it_says_otherwise(url:
     # death: ``crashes_at`` counts it (with ``max_crashes = 0`` the takeover escalates, and A,
     # woken, writes nothing to the ended run). Once A has said its lease was lost, a count
     # leaves it out: each count says what the log holds when it is read.
-    from loopwright._resume_ready import crashes_at
+    from loopwright._crash_bound import crashes_at
 
     go = threading.Event()
     loop, held = _loop(max_crashes=0, stall=go)

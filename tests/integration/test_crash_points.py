@@ -719,16 +719,21 @@ def test_an_effect_a_reconcile_hook_says_never_happened_is_not_charged_its_kills
     assert (crashed.result["status"], crashed.result["stop_reason"]) == ("accepted", "success")
 
 
-def test_an_effect_killed_at_its_call_every_time_is_bounded_all_the_same(tmp_path: Path) -> None:
+def test_an_effect_killed_at_its_call_every_time_ends_at_the_crash_bound(tmp_path: Path) -> None:
     # review54c: killcmp54 left a kill whose intent the hook says never acted uncharged, "a
-    # process dying there every time is ``max_crashes``'s"; but the crash bound is not judged
+    # process dying there every time is ``max_crashes``'s"; but the crash bound was not judged
     # on a resume that finishes a cycle's effects, and eight kills there (past the default
     # bound of 5 and the effect's 3 attempts) were resumed for ever, the ninth process calling
-    # it. Now max_crashes' kills go uncharged, and the retry bound counts the ones after: the
-    # eighth spends the effect's third attempt, and the run escalates, the effect never called.
-    crashed = _crash_and_resume(tmp_path, [("after_effect_intent", 1)] * 8)
+    # it. Then max_crashes' kills went uncharged and the retry bound counted the ones after
+    # (the eighth kill ended it). Now (crash55) the crash bound is judged there too: the six
+    # kills are six crashes at cycle 1, and the seventh process ends the run escalated by it
+    # without calling the effect or its hook; the packet names the effect as unknown.
+    crashed = _crash_and_resume(tmp_path, [("after_effect_intent", 1)] * 6)
     got = _snapshot(tmp_path)
     assert got.effects_log.count("ledger:p0") == 0
     entry = got.journal["effect:ledger:p0"]
-    assert (entry.status, entry.attempts) == ("failed", 3), entry
+    assert entry.status == "intent", entry  # (left for a person: its outcome is unknown)
     assert (crashed.result["status"], crashed.result["stop_reason"]) == ("escalated", "escalated")
+    packet = crashed.result["packet"]
+    assert "crashed 6 times at cycle 1" in packet["cause"], packet
+    assert packet["evidence"]["effects"] == {"done": [], "unknown": ["ledger:p0"]}

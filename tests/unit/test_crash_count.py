@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import loopwright as lw
-from loopwright._resume_ready import crashes_at
+from loopwright._crash_bound import crashes_at
 from loopwright.store import NewEvent
 
 LOOP = lw.Loop(
