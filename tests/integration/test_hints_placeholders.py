@@ -116,8 +116,9 @@ def test_the_users_add_command_names_the_person_deciding(
 
 
 def test_a_paused_runs_next_action_names_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # (the store's path is not folded inside a word)
     # `show` said "loopwright unpause RUN to let it go on": typed, no run RUN
     from test_pause_actions import _paused
 
@@ -127,8 +128,9 @@ def test_a_paused_runs_next_action_names_it(
     assert rc == 0, out
     said = " ".join(out.replace("│", " ").split())
     [unpause] = [c for c in _commands(said) if c[0] == "unpause"]
-    assert unpause == ["unpause", rid[:12]], said
-    rc, out = _run(capsys, *unpause, "--store", store)
+    # (and names the store it was shown for: hints55)
+    assert unpause == ["unpause", rid[:12], "--store", store], said
+    rc, out = _run(capsys, *unpause)
     assert rc == 0, out
     with lw.Runtime(store) as rt:
         assert [a.status for a in rt.store.approvals(run_id=rid)] == ["approved"]

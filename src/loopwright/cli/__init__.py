@@ -122,6 +122,9 @@ def _main(argv: list[str] | None) -> int:
     try:
         from .._errors import LoopwrightError
         from ._app import command_for
+        from ._options import forget_store
+
+        forget_store()  # (in one process, main() again: the last command's --store is not this one's)
 
         command = command_for(args)
         _RUNS["may_exist"] = bool(args) and args[0] in DRIVES_RUNS
@@ -153,7 +156,10 @@ def _main(argv: list[str] | None) -> int:
             _interrupted(argv is None)
         return code
     except LoopwrightError as exc:
-        print(f"loopwright: error: {_one_line(exc)}", file=sys.stderr)
+        from ._options import carry_store
+
+        # (a refusal's hint, `loopwright users add ana approver`, names the store it was for)
+        print(f"loopwright: error: {carry_store(_one_line(exc))}", file=sys.stderr)
         return 2
     except Exception as exc:
         if isinstance(exc, BrokenPipeError) and _stdout_closed():
