@@ -20,7 +20,6 @@ from test_people import FOUR_EYES, make_loop, task
 
 import loopwright as lw
 from loopwright.cli import main
-from loopwright.cli._hint_store import FROM_ENV, carry_store, hint_flag
 
 
 def _commands(text: str) -> list[list[str]]:
@@ -117,10 +116,12 @@ def test_no_flag_where_a_bare_command_reads_the_store(
         assert rc == 0, out
         [unpause] = [c for c in _commands(out) if c[0] == "unpause"]
         assert unpause == ["unpause", rid[:12]], out
-    assert hint_flag(None) == ""
 
 
 def test_a_store_url_with_a_password_is_not_printed() -> None:
+    from loopwright.cli._hint_store import FROM_ENV, carry_store, hint_flag
+
+    assert hint_flag(None) == ""
     url = "postgresql://ana:s3cret-pw@db.example/loops"
     assert hint_flag(url) == FROM_ENV
     text = carry_store(
