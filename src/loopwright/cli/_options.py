@@ -17,6 +17,7 @@ from .._errors import ConfigError
 # The ``--store`` this command was given on its command line (None: not given), set by the
 # option's callback, which click calls for every command taking it, given or not.
 _GIVEN: dict[str, str | None] = {"store": None}
+_FLAG: dict[str, str] = {}  # ``store_flag``'s answer for the store given (it reads the disk)
 
 
 def _store_given(value: str | None) -> str | None:
@@ -36,6 +37,7 @@ def forget_store() -> None:
     """No ``--store`` given yet (a command without the option prints hints for the store a
     bare command reads)."""
     _GIVEN["store"] = None
+    _FLAG.clear()  # ($LOOPWRIGHT_STORE may have changed since: a test's, in one process)
 
 
 def store_flag() -> str:
@@ -48,7 +50,14 @@ def store_flag() -> str:
     (``_hint_store.hint_flag``)."""
     from ._hint_store import hint_flag
 
-    return hint_flag(_GIVEN["store"])
+    given = _GIVEN["store"]
+    if given is None:
+        return ""
+    # (read once a command: every string the console prints asks, a long table's every cell)
+    if _FLAG.get(given) is None:
+        _FLAG.clear()
+        _FLAG[given] = hint_flag(given)
+    return _FLAG[given]
 
 
 def carry_store(text: str) -> str:
