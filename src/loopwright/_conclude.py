@@ -496,7 +496,10 @@ class Concluding(RuntimeHost):
                 held_out=held_d,
                 cause="; ".join(text for _, text in edited)
                 + edit_kept(
-                    ex.run_id, edited[0][0], "or leave the run ended with the person's version"
+                    ex.run_id,
+                    edited[0][0],
+                    "or leave the run ended with the person's version",
+                    person_edit(s, edited[0][0]),
                 ),
             )
             return True

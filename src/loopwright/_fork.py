@@ -382,7 +382,9 @@ class Forking(RuntimeHost):
                 # The next context shows it; stored masked (invariant 9: a person's note, and what
                 # changed, can quote a secret). The value itself is the work, stored as given.
                 what = redact(what)
-                s.notes.append({"kind": "edit", **what})
+                # (its cycle: the one a rollback goes back to for the version before it, named
+                # by the advice when the loop would overwrite it, ``_gates.edit_kept``)
+                s.notes.append({"kind": "edit", **what, "cycle": s.cycle})
                 # (made while a request waits: its card says so, ``_reuse_now.as_now``)
                 beside = (
                     {"approval_id": s.pending["approval_id"]} if "approval_id" in s.pending else {}

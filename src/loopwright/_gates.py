@@ -27,7 +27,7 @@ from ._exec import Execution as _Exec
 from ._exec import OutOfTime
 from ._host import RuntimeHost
 from ._loop import Loop
-from ._packet import EDIT_ONE
+from ._packet import EDIT_ONE, SPEC_WORDS
 from ._person_edits import person_edit
 from ._proposal import Proposal, Verdict
 from ._state import Finding, TaskState, VersionLoader, split_ref
@@ -116,7 +116,8 @@ class Gates(RuntimeHost):
                     edits[0][0],
                     "or let the loop overwrite it: an `overwrite_accepted` rule in the loop's "
                     "approval policy, in a fork run with that spec (`loopwright fork "
-                    f"{ex.run_id[:12]} --at-cycle {s.cycle} --spec SPEC`)",
+                    f"{ex.run_id[:12]} --at-cycle {s.cycle} --spec SPEC`; {SPEC_WORDS})",
+                    edits[0][1],
                 ),
                 unverified=proposal.to_dict(),
             )
@@ -303,18 +304,25 @@ class Gates(RuntimeHost):
         return None
 
 
-def edit_kept(run_id: str, part: str, last: str) -> str:
+def edit_kept(run_id: str, part: str, last: str, edit: dict[str, Any] | None = None) -> str:
     """Why a run whose person's version the loop may not change escalated, with the commands
     that go on from it (advice47: "approve an overwrite" and "accept the run as it is" named
     none); ``part``: the person's part, named in the edit command (polish55: ``PART --value
-    V``); ``last``: the third choice, in words."""
+    V``); ``last``: the third choice, in words; ``edit``: the person's edit note, whose cycle
+    (the one it was made after: its checkpoint holds the version before it) the rollback
+    names (hints55: ``--to-cycle N``, typed as printed, was refused). An edit noted before
+    its cycle was: the cycle said in words."""
     run = run_id[:12]
+    cycle = (edit or {}).get("cycle")
+    back = (
+        f"`loopwright rollback {run} --to-cycle {cycle}`"
+        if isinstance(cycle, int) and not isinstance(cycle, bool)
+        else f"`loopwright rollback {run}` with `--to-cycle` and the cycle the edit followed"
+    )
     return (
         " — a person's edit is not overwritten by the loop: edit the part again "
         f"({EDIT_ONE.format(run=run, part=shlex.quote(part))}, then `loopwright resume {run}`), "
-        "roll back "
-        f"to a cycle before the edit (`loopwright rollback {run} --to-cycle N`, then resume), "
-        + last
+        f"roll back to the version before the edit ({back}, then resume), " + last
     )
 
 

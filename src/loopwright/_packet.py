@@ -19,6 +19,7 @@ __all__ = [
     "EDIT_ONE",
     "SETTLED_TAIL",
     "SETTLE_TAIL",
+    "SPEC_WORDS",
     "build_packet",
     "edit_part",
     "explain",
@@ -46,6 +47,9 @@ _EDIT = (
     "`loopwright resume {run}`: a person's edit is judged by the checks, with no actor call, "
     "before the actor runs again"
 )
+# The spec of a fork is the person's (a stronger actor's tools, a rule): said in words, as
+# FILE is (hints55: a bare SPEC read as a name to copy).
+SPEC_WORDS = "SPEC: the path of the spec file with that change"
 _KEEP = {k: "{" + k + "}" for k in ("run", "cycle", "best", "part")}  # filled by build_packet
 _REVIEW = "Review the best candidate: `loopwright show {run}`."
 _BUDGET = (
@@ -62,7 +66,7 @@ _ADVICE = {
         "the remaining parts your own version, "
         + _EDIT
         + "; or strengthen the actor's tools and fork the run with that spec "
-        "(`loopwright fork {run} --at-cycle {cycle} --spec SPEC`)."
+        "(`loopwright fork {run} --at-cycle {cycle} --spec SPEC`; " + SPEC_WORDS + ")."
     ),
     "budget_cycles": _BUDGET.format(
         what="cycle", when="If the score was still rising", setting="max_cycles", **_KEEP
@@ -471,7 +475,7 @@ def build_packet(
             f"(`loopwright show {run_id[:12]}`): give the parts your own version, "
             + _EDIT.format(run=run_id[:12], part=part)
             + "; or strengthen the actor's tools and fork the run with that spec "
-            f"(`loopwright fork {run_id[:12]} --at-cycle {state.cycle} --spec SPEC`)."
+            f"(`loopwright fork {run_id[:12]} --at-cycle {state.cycle} --spec SPEC`; {SPEC_WORDS})."
         )
     if reason == "escalated":
         # Not "start a new run": `loopwright run` with the task key, and `resume`, return the

@@ -200,7 +200,8 @@ class Decisions(RuntimeHost):
         elif status == "approved" and question:
             raise ApprovalError(
                 f"request {req.approval_id} is a question ({question.get('text')}): answer it "
-                "(loopwright answer RUN ANSWER), or deny it to escalate"
+                f"(loopwright answer {req.run_id[:12]} ANSWER --request {req.approval_id}), "
+                "ANSWER being your answer, quoted; or deny it to escalate"
             )
         # Invariant 9: what a person types is stored (the request, its event, the audit log, the
         # run's notes, the actor's next context) masked like everything else.

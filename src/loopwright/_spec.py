@@ -521,7 +521,8 @@ def loop_of_run(rec: RunRecord) -> Loop:
         raise SpecError(
             f"the run's spec {rec.spec_ref} is not here (moved, deleted, or on another host): "
             "put it back there to resume the run, or go on from where the spec is now with "
-            f"`loopwright fork {rec.run_id[:12]} --at-cycle {rec.cycle} --spec SPEC`",
+            f"`loopwright fork {rec.run_id[:12]} --at-cycle {rec.cycle} --spec SPEC` (SPEC: "
+            "the spec file's path where it is now)",
             field="spec",
         )
     return load_spec(rec.spec_ref)

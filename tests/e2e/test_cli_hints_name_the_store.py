@@ -5,6 +5,7 @@ copied as printed read the default store ("no store at .loopwright/loopwright.db
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
@@ -82,14 +83,21 @@ def test_an_interrupted_runs_message_names_the_store(tmp_path: Path) -> None:
     assert stopped.returncode == 130, (stopped.stdout, stopped.stderr)
     said = " ".join(stopped.stderr.split())
     assert "`loopwright runs --store s.db` lists the run" in said, said
-    go_on = shlex.split(said.split("continues it (`", 1)[1].split("`", 1)[0])
-    assert go_on == ["loopwright", "resume", "--all", "--store", "s.db"], go_on
+    # the run it drove, by its id (hints55: `resume RUN`, typed as printed, named no run)
+    listed = lw("runs", "--json", "--store", "s.db", cwd=tmp_path)
+    [run_id] = [r["run_id"] for r in json.loads(listed.stdout)]
+    go_on = shlex.split(
+        said.split("`loopwright runs --store s.db` lists the run, `", 1)[1].split("`", 1)[0]
+    )
+    assert go_on == ["loopwright", "resume", run_id[:12], "--store", "s.db"], go_on
+    assert "(`loopwright resume --all --store s.db`: every interrupted run)" in said, said
     resumed = lw(*go_on[1:], cwd=tmp_path)
     assert resumed.returncode == 4 and "awaiting_approval" in resumed.stdout, resumed.stderr
 
 
 def test_the_second_ctrl_c_at_a_stuck_check_names_the_store(tmp_path: Path) -> None:
-    """The press that says user code holds the run names `loopwright resume RUN` too."""
+    """The press that says user code holds the run names the store too, and the run by its id
+    (hints55: `loopwright resume RUN` named no run): typed as printed, it goes on."""
     (tmp_path / "stuck.py").write_text(STUCK_CHECK)
     (tmp_path / "loop.toml").write_text(
         "name = 'stuck'\n[actor]\nref = 'stuck.py:actor'\n[[verifiers]]\nref = 'stuck.py:check'\n"
@@ -101,4 +109,10 @@ def test_the_second_ctrl_c_at_a_stuck_check_names_the_store(tmp_path: Path) -> N
     assert r.returncode == 130, (r.stdout[-2000:], r.stderr)
     hint = r.stderr.splitlines()[0]
     assert hint.startswith("loopwright: still waiting for user code to return"), r.stderr
-    assert hint.endswith("with `loopwright resume RUN --store s.db`"), hint
+    go_on = shlex.split(hint.rsplit("with `", 1)[1].rstrip("`"))
+    assert go_on[:2] == ["loopwright", "resume"] and go_on[3:] == ["--store", "s.db"], hint
+    assert go_on[2] != "RUN" and not (tmp_path / ".loopwright").exists(), hint
+    resumed = lw(*go_on[1:], cwd=tmp_path)  # as printed
+    assert resumed.returncode == 3, (resumed.stdout, resumed.stderr)  # (budget: never passes)
+    shown = lw("show", "k", "--json", "--store", "s.db", cwd=tmp_path)
+    assert json.loads(shown.stdout)["run"]["run_id"].startswith(go_on[2])

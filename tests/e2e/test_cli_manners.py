@@ -585,7 +585,10 @@ def test_ctrl_c_during_a_run_says_what_was_kept_and_how_to_go_on(tmp_path: Path)
         proc.kill()
     assert proc.returncode == 130
     assert "interrupted; every finished cycle is checkpointed" in err
-    assert "loopwright resume RUN" in err and "Traceback" not in err
+    # the run by its id (hints55: `resume RUN`, typed as printed, named no run)
+    with open_store(str(tmp_path / "s.db")) as store:
+        run_id = store.get_run("T").run_id
+    assert f"`loopwright resume {run_id[:12]}`" in err and "Traceback" not in err
     with open_store(str(tmp_path / "s.db")) as store:
         assert store.get_run("T").cycle == 1
     done = cli("resume", "T", cwd=tmp_path, store=tmp_path / "s.db")

@@ -136,9 +136,21 @@ def test_the_escalation_on_a_persons_version_names_commands_that_exist(tmp_path:
     # the person's part named, the value's file said in words (polish55: `PART --value V`)
     assert edit == f"edit {run} doc/n --file FILE" and resume == f"resume {run}", cause
     assert "(FILE: a file holding the part's new value" in cause
-    assert rollback == f"rollback {run} --to-cycle N", cause
+    # the cycle the edit followed, whose checkpoint holds the version before it (hints55:
+    # `--to-cycle N`, typed as printed, was refused)
+    assert rollback == f"rollback {run} --to-cycle 1", cause
     assert re.fullmatch(f"fork {run} --at-cycle \\d+ --spec SPEC", fork), cause
+    assert "; SPEC: the path of the spec file with that change)" in cause, cause
     assert "overwrite_accepted" in cause
+    # the rollback as printed, on a copy of the store: the version before ann's is back
+    import shutil
+
+    shutil.copy(store, tmp_path / "copy.db")
+    r = cli(*rollback.split(), "--by", "ann", cwd=tmp_path, store=tmp_path / "copy.db")
+    assert r.returncode == 0, r.stderr
+    back = json.loads(cli("show", "f", "--json", cwd=tmp_path, store=tmp_path / "copy.db").stdout)
+    [doc] = back["state"]["artifacts"]
+    assert doc["parts"][0]["versions"][-1]["value"] == 1, doc  # the actor's, not ann's 2
     r = cli(*fork.replace("SPEC", "loop.toml").split(), cwd=tmp_path, store=store)
     assert r.returncode == 0, r.stderr  # (a fork: the run itself is not changed)
     (tmp_path / "n.json").write_text("3")

@@ -116,8 +116,9 @@ def test_the_users_add_command_names_the_person_deciding(
 
 
 def test_a_paused_runs_next_action_names_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # (the store's path is not folded inside a word)
     # `show` said "loopwright unpause RUN to let it go on": typed, no run RUN
     from test_pause_actions import _paused
 
@@ -127,8 +128,53 @@ def test_a_paused_runs_next_action_names_it(
     assert rc == 0, out
     said = " ".join(out.replace("│", " ").split())
     [unpause] = [c for c in _commands(said) if c[0] == "unpause"]
-    assert unpause == ["unpause", rid[:12]], said
-    rc, out = _run(capsys, *unpause, "--store", store)
+    # (and names the store it was shown for: hints55)
+    assert unpause == ["unpause", rid[:12], "--store", store], said
+    rc, out = _run(capsys, *unpause)
     assert rc == 0, out
     with lw.Runtime(store) as rt:
         assert [a.status for a in rt.store.approvals(run_id=rid)] == ["approved"]
+
+
+def test_the_answer_a_refused_approval_names_runs_for_its_run_and_request(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """hints55: approving a question said `loopwright answer RUN ANSWER`: RUN is now the run,
+    the request is named, and ANSWER (the person's, said in words) is refused if typed."""
+    from test_answer_hint_typed import _parked_on
+
+    rid = _parked_on(url, lw.Question("which tone?"))
+    rc, said = _run(capsys, "approve", rid[:12], "--store", url)
+    assert rc == 2 and "ANSWER being your answer" in said, said
+    found = re.search(r"\((loopwright answer [^)]+)\)", " ".join(said.split()))
+    assert found is not None, said
+    words = shlex.split(found.group(1))[1:]
+    assert words[1] == rid[:12] and "RUN" not in words, words
+    rc, out = _run(capsys, *words)  # as printed: the placeholder answers nothing
+    assert rc == 2 and "placeholder" in out, out
+    rc, out = _run(capsys, *["formal" if w == "ANSWER" else w for w in words])
+    assert rc == 0, out
+    with lw.Runtime(url) as rt:
+        [a] = rt.store.approvals(run_id=rid)
+    assert (a.status, a.answer) == ("answered", "formal")
+
+
+def test_one_proposed_memory_is_confirmed_by_its_id(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """hints55: `memory propose` said `loopwright memory confirm ID` for its one candidate."""
+    store = str(tmp_path / "s.db")
+    with lw.Runtime(store) as rt:
+        mem = lw.FeedbackMemory(rt.store)
+        for p in ("A", "B"):
+            mem.add(scope="project", scope_key=p, signal="edit", text="Wide margins", by="a")
+    rc, out = _run(capsys, "memory", "propose", "--min-projects", "2", "--store", store)
+    assert rc == 0, out
+    [line] = [x for x in out.splitlines() if x.startswith("confirm it with: ")]
+    words = shlex.split(line.removeprefix("confirm it with: "))[1:]
+    assert "ID" not in words and words[-2:] == ["--store", store], words
+    rc, out = _run(capsys, *words)
+    assert rc == 0, out
+    with lw.Runtime(store) as rt:
+        [item] = [it for it in lw.FeedbackMemory(rt.store).list() if it.scope == "global"]
+    assert item.status == "active", item

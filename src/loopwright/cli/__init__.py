@@ -16,6 +16,9 @@ __all__ = ["main"]
 # Whether the interrupted command may hold a run (`_interrupted` then points at `runs` and
 # `resume`): a command that starts runs clears it until it created the first one.
 _RUNS: dict[str, bool] = {"may_exist": True}
+# The runs the command now driving them (``_interrupt.run_async``) named: the Ctrl-C hints
+# name the run by its id (`resume RUN`, typed as printed, was refused as no run RUN).
+DRIVING: list[str] = []
 # The commands that drive runs: Ctrl-C in any other (runs, metrics, fit-stop, trace...) leaves
 # no cycle behind, so pointing at `resume` would send a person looking for a run to continue.
 DRIVES_RUNS = frozenset({"run", "demo", "resume", "worker", "approve", "deny", "answer", "ui"})
@@ -122,6 +125,11 @@ def _main(argv: list[str] | None) -> int:
     try:
         from .._errors import LoopwrightError
         from ._app import command_for
+        from ._options import forget_store
+
+        # (in one process, main() again: the last command's store and runs are not this one's)
+        forget_store()
+        DRIVING.clear()
 
         command = command_for(args)
         _RUNS["may_exist"] = bool(args) and args[0] in DRIVES_RUNS
@@ -153,7 +161,10 @@ def _main(argv: list[str] | None) -> int:
             _interrupted(argv is None)
         return code
     except LoopwrightError as exc:
-        print(f"loopwright: error: {_one_line(exc)}", file=sys.stderr)
+        from ._options import carry_store
+
+        # (a refusal's hint, `loopwright users add ana approver`, names the store it was for)
+        print(f"loopwright: error: {carry_store(_one_line(exc))}", file=sys.stderr)
         return 2
     except Exception as exc:
         if isinstance(exc, BrokenPipeError) and _stdout_closed():
@@ -226,13 +237,19 @@ def _interrupted(process: bool) -> None:
     if not _RUNS["may_exist"]:
         print("loopwright: interrupted", file=sys.stderr)
         return
+    from ._interrupt import resume_command
     from ._options import store_flag
 
     at = store_flag()  # (the commands named read the default store without it: newuser52)
+    # the run by its id when this command drove one (`resume RUN` was refused as no run RUN)
+    again = (
+        f"{resume_command(at)} continues it (`loopwright resume --all{at}`: every interrupted run)"
+        if len(DRIVING) == 1
+        else f"{resume_command(at)} continues every interrupted run"
+    )
     print(
         "loopwright: interrupted; every finished cycle is checkpointed — `loopwright runs"
-        f"{at}` lists the run, `loopwright resume RUN{at}` continues it (`loopwright resume "
-        f"--all{at}`: every interrupted run)",
+        f"{at}` lists the run, {again}",
         file=sys.stderr,
     )
 

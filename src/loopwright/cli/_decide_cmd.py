@@ -286,7 +286,7 @@ def _decide(
         if loop is not None:
             from ._interrupt import run_async
 
-            result = run_async(rt.resume(rec.run_id, loop))
+            result = run_async(rt.resume(rec.run_id, loop), [rec.run_id])
             _said_ended(result, rec.task_key)
             from ._tasks import exit_code_for
 
@@ -407,7 +407,7 @@ def unpause(
             from ._interrupt import run_async
             from ._tasks import exit_code_for
 
-            result = run_async(rt.resume(rec.run_id, loop))
+            result = run_async(rt.resume(rec.run_id, loop), [rec.run_id])
             _said_ended(result, rec.task_key)
             raise typer.Exit(exit_code_for([result.status]))
         left = rt.store.approvals(run_id=rec.run_id, status="pending")

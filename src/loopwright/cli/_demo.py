@@ -55,6 +55,7 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
     from rich.markup import escape
 
     from ._app import _execute
+    from ._hint_store import FROM_ENV, SET_IT
     from ._options import me_flag, store_flag
     from ._render import console, say
     from ._stores import creatable_store
@@ -98,7 +99,7 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
     stopped = [r for r in results if r.status not in ("accepted", "awaiting_approval")]
     # The commands as they work from here: with --store when the demo was given one (the
     # shared rule: ``store`` is the resolved URL by now, and named the default store or
-    # $LOOPWRIGHT_STORE's too; a URL's password is masked, polish52).
+    # $LOOPWRIGHT_STORE's too; a URL with a password is named by the variable, hints55).
     where = store_flag()
     steps: list[tuple[str, str]] = [
         ("loopwright runs", "every run, its stop reason and spend"),
@@ -122,3 +123,5 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
     width = max(len(cmd + where) for cmd, _ in steps) + 2
     for cmd, what in steps:
         say(f"  {cmd + where:<{width}}{what}".rstrip(), out=out)
+    if where == FROM_ENV:  # (typed without it set, `--store ""` is refused in one line)
+        say(f"  (the store's URL holds a password, never printed: {SET_IT})", out=out)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -26,16 +26,31 @@ T = TypeVar("T")
 _STUCK = (
     "loopwright: still waiting for user code to return (an actor or check without timeout_s "
     "holds the run); press Ctrl-C again to stop at once: the run goes on from its last finished "
-    "cycle with `loopwright resume RUN{at}`\n"
+    "cycle with {resume}\n"
 )
 
 
-def run_async(main: Coroutine[Any, Any, T]) -> T:
+def resume_command(at: str) -> str:
+    """The command that continues what a Ctrl-C left: ``resume ID`` for the one run this
+    command drove, else ``resume --all`` (every interrupted run; a batch's, or runs this
+    command did not name, as a Ray driver's)."""
+    from . import DRIVING
+
+    if len(DRIVING) == 1:
+        return f"`loopwright resume {DRIVING[0][:12]}{at}`"
+    return f"`loopwright resume --all{at}`"
+
+
+def run_async(main: Coroutine[Any, Any, T], runs: Sequence[str] = ()) -> T:
     """``asyncio.run(main)``, with the first Ctrl-C cancelling ``main`` and later ones ignored,
     unless the event loop never took the first: user code called inline (no ``timeout_s``)
     that does not return holds the loop, and asyncio's own handler only runs in the loop, so
     no Ctrl-C stopped it (kill -9 did). The second press then says so; the third stops at once
-    (a ``KeyboardInterrupt`` raised in that code: what a finished cycle committed is kept)."""
+    (a ``KeyboardInterrupt`` raised in that code: what a finished cycle committed is kept).
+    ``runs``: the runs ``main`` drives, named by the hints (``resume_command``)."""
+    from . import DRIVING
+
+    DRIVING[:] = list(runs)
     presses = 0
     taken = False  # the loop ran the first press's cancel: it is winding down
     running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[T] | None]] = []
@@ -58,7 +73,7 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
         if presses == 2:
             from ._options import store_flag  # (the command it names: newuser52)
 
-            sys.stderr.write(_STUCK.format(at=store_flag()))
+            sys.stderr.write(_STUCK.format(resume=resume_command(store_flag())))
             sys.stderr.flush()
             return
         raise KeyboardInterrupt

@@ -25,7 +25,7 @@ from .._memory import (
     Signal,
 )
 from ._app import JsonOpt, StoreOpt, TokenOpt, _print_json, app, as_options, by_name, new_typer
-from ._options import me_flag
+from ._options import me_flag, store_flag
 from ._stores import open_existing, open_or_create
 
 if TYPE_CHECKING:
@@ -394,5 +394,7 @@ def propose(
             f"  {it.memory_id}  {escape(it.text)}  [dim](projects: {escape(projects)})[/]",
             markup=True,
         )
-    if items:
-        say(f"confirm each with: loopwright memory confirm ID{me}")
+    if len(items) == 1:  # (its id: `confirm ID`, typed as printed, named no item)
+        say(f"confirm it with: loopwright memory confirm {items[0].memory_id}{me}{store_flag()}")
+    elif items:
+        say(f"confirm each with: loopwright memory confirm ID{me}{store_flag()} (ID as listed)")

@@ -17,32 +17,55 @@ from .._errors import ConfigError
 # The ``--store`` this command was given on its command line (None: not given), set by the
 # option's callback, which click calls for every command taking it, given or not.
 _GIVEN: dict[str, str | None] = {"store": None}
+_FLAG: dict[str, str] = {}  # ``store_flag``'s answer for the store given (it reads the disk)
 
 
 def _store_given(value: str | None) -> str | None:
     """``--store ""`` is a mistake (an unset variable), not a request for the default store."""
     if value is not None and not value.strip():
         raise ConfigError(
-            "is empty; give a store URL or path, or leave --store out for the default",
+            "is empty; give a store URL or path, or leave --store out for the default (a "
+            'hint\'s --store "$LOOPWRIGHT_STORE" names a store whose URL holds a password: set '
+            "LOOPWRIGHT_STORE to that URL first)",
             field="--store",
         )
     _GIVEN["store"] = value
     return value
 
 
+def forget_store() -> None:
+    """No ``--store`` given yet (a command without the option prints hints for the store a
+    bare command reads)."""
+    _GIVEN["store"] = None
+    _FLAG.clear()  # ($LOOPWRIGHT_STORE may have changed since: a test's, in one process)
+
+
 def store_flag() -> str:
     """`` --store STORE`` for the next commands a command prints, when it was given
-    ``--store`` on its command line ('' else: ``$LOOPWRIGHT_STORE`` is still set for the next
-    command, and the default store needs no flag). Without it, a hint copied as printed
-    (`loopwright resume RUN` after `approve RUN --store s.db`) read the default store: "no run
-    'RUN'", or no store at all (newuser52). A URL's password is masked: the hint is printed,
-    and the person who typed it knows it."""
-    import shlex
-
-    from .._redact import redact_text
+    ``--store`` on its command line naming another store than a bare command reads here
+    ('' else: ``$LOOPWRIGHT_STORE`` is still set for the next command, and the default store
+    needs no flag). Without it, a hint copied as printed (`loopwright resume RUN` after
+    `approve RUN --store s.db`) read the default store: "no run 'RUN'", or no store at all
+    (newuser52). A URL holding a password is not printed: ``--store "$LOOPWRIGHT_STORE"``
+    (``_hint_store.hint_flag``)."""
+    from ._hint_store import hint_flag
 
     given = _GIVEN["store"]
-    return f" --store {shlex.quote(redact_text(given))}" if given else ""
+    if given is None:
+        return ""
+    # (read once a command: every string the console prints asks, a long table's every cell)
+    if _FLAG.get(given) is None:
+        _FLAG.clear()
+        _FLAG[given] = hint_flag(given)
+    return _FLAG[given]
+
+
+def carry_store(text: str) -> str:
+    """``text`` (a run's advice, a refusal's hint: the engine's words) with each ``loopwright
+    ...`` command in it naming this command's store (``store_flag``)."""
+    from ._hint_store import carry_store as carry
+
+    return carry(text, store_flag())
 
 
 StoreOpt = Annotated[

@@ -582,6 +582,15 @@ class _Console(Console):
     (``_table.printable``): its own styles are applied after, so they still colour."""
 
     def render_str(self, text: str, **kwargs: Any) -> Text:
+        from ._options import store_flag
+
+        # a `loopwright ...` command in the engine's words (a run's advice, its stop cause)
+        # names this command's store: copied as printed it acts there, not on the default's
+        flag = store_flag()
+        if flag:
+            from ._hint_store import carry_store
+
+            text = carry_store(text, flag if kwargs.get("markup") is False else escape(flag))
         return super().render_str(printable(text), **kwargs)
 
 

@@ -115,7 +115,9 @@ def resume(
                 skipped.append(named)
                 continue
             try:
-                res = run_async(rt.resume(rec.run_id, loop))
+                res = run_async(
+                    rt.resume(rec.run_id, loop), [rec.run_id] if run_id is not None else []
+                )
             except ConflictError as exc:
                 now = rt.store.get_run(rec.run_id)  # (read once: the hint and the line)
                 hint = _held_elsewhere(rt, now)

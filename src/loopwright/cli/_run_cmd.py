@@ -260,7 +260,7 @@ def _execute(
         try:
             with Live(view.render(), console=out, refresh_per_second=8, transient=False) as live:
                 view.live = live
-                results = run_async(go())
+                results = run_async(go(), run_ids)
                 live.update(view.render())
         finally:  # the view's last line ended, on Ctrl-C too (the message after began on it)
             out.print()

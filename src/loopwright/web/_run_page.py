@@ -164,6 +164,19 @@ def run_page_data(ctx: WebContext, request: Request, run_id: str, kind: str) -> 
         blocked=data["blocked"],
         who=ctx.auth.who(request) if signed_in else "",
     )
+    # the commands the advice names, copied from the page, act on the store it shows: they
+    # carry --store when a bare command reads another store here (hints55)
+    from ..cli._hint_store import carry_store, hint_flag
+
+    flag = hint_flag(ctx.store_url)
+    data["next_here"] = carry_store(data["next_here"], flag)
+    data["stop_cause"] = carry_store(data["stop_cause"], flag)
+    packet = rec.packet or {}
+    data["recommended"] = carry_store(str(packet.get("recommended_action") or ""), flag)
+    data["summary"] = carry_store(str(packet.get("summary") or ""), flag)
+    for row in data["timeline"]:
+        if row.get("ended_inside"):  # (its note is the run's stop cause)
+            row["note"] = carry_store(str(row["note"]), flag)
     first = (rec.forked_at or 0) + 1 if rec.forked_from else 1  # the run's own first cycle
     data["chart"] = chart_svg(
         points,

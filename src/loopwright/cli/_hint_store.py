@@ -1,0 +1,69 @@
+"""The store a printed ``loopwright ...`` command must name to act on the store it was printed
+for. The engine writes a run's advice (``loopwright settle RUN KEY --done``, ``loopwright
+resume RUN``, ``loopwright users add ana approver``) knowing nothing of the CLI's flags: a
+command copied from a run of ``--store s.db`` read the default store ("no run", or another
+store's run of the same task key). The CLI and the dashboard, which know the store, add it to
+each command they print (``carry_store``) when a bare command would read another store here
+(``hint_flag``). A URL holding a secret is never printed: the flag names
+``"$LOOPWRIGHT_STORE"`` instead, which the person sets (typed without it set, ``--store ""``
+is refused in one line, never read as the default store)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+
+__all__ = ["FROM_ENV", "SET_IT", "carry_store", "hint_flag"]
+
+# the flag of a store whose URL holds a secret (a password, a token): the shell's value of
+# the variable, which the person sets to the URL they know
+FROM_ENV = ' --store "$LOOPWRIGHT_STORE"'
+SET_IT = "set LOOPWRIGHT_STORE to its URL before the commands that name it"
+
+# a command in backticks (`loopwright resume R`) or in parentheses (loopwright users add X)
+_COMMAND = re.compile(r"(`loopwright [^`]+?)(`)|(\(loopwright [^()]+?)(\))")
+
+
+def _same_store(a: str, b: str) -> bool:
+    from ..store import sqlite_file
+
+    if a == b:
+        return True
+    fa, fb = sqlite_file(a), sqlite_file(b)
+    return bool(fa and fb) and os.path.realpath(str(fa)) == os.path.realpath(str(fb))
+
+
+def hint_flag(url: str | None) -> str:
+    """`` --store URL`` for the commands printed about the store at ``url`` ('' when a bare
+    command reads that store here: ``url`` is None, or it is what ``$LOOPWRIGHT_STORE`` or
+    the default resolves to). A URL with a secret in it (a PostgreSQL password): ``FROM_ENV``."""
+    from .._redact import redact_text
+    from ..store import resolve_store_url
+
+    if not url:
+        return ""
+    try:
+        bare = resolve_store_url(None)
+    except Exception:  # a blank $LOOPWRIGHT_STORE: a bare command is refused, so name it
+        bare = ""
+    if bare and _same_store(url, bare):
+        return ""
+    if redact_text(url) != url:
+        return FROM_ENV
+    return f" --store {shlex.quote(url)}"
+
+
+def carry_store(text: str, flag: str) -> str:
+    """``text`` with ``flag`` added at the end of each ``loopwright ...`` command it names, in
+    backticks or in parentheses, that names no ``--store`` of its own ('' leaves it as is)."""
+    if not flag or "loopwright " not in text:
+        return text
+
+    def add(m: re.Match[str]) -> str:
+        body, end = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+        if " --store" in body:
+            return m.group(0)
+        return f"{body}{flag}{end}"
+
+    return _COMMAND.sub(add, text)

@@ -1,0 +1,157 @@
+"""hints55: the engine writes a run's advice (`loopwright unpause R`, `loopwright settle R KEY
+--done`, a refusal's `(loopwright users add ana ...)`) knowing nothing of the CLI's --store:
+copied as printed after `show R --store other.db`, it read the default store ("no store", or
+another store's run). The CLI adds the store it was given to each command it prints, unless a
+bare command reads that store here ($LOOPWRIGHT_STORE); a URL with a password is never
+printed (`--store "$LOOPWRIGHT_STORE"`, which the person sets)."""
+
+from __future__ import annotations
+
+import html
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from doc_loop import TASK
+from fastapi.testclient import TestClient
+from test_keyless_effect_failures import _paying
+from test_people import FOUR_EYES, make_loop, task
+
+import loopwright as lw
+from loopwright.cli import main
+
+
+def _commands(text: str) -> list[list[str]]:
+    """The commands in ``text`` as a person copies them: in backticks or in parentheses."""
+    text = " ".join(text.replace("│", " ").split())
+    found = re.findall(r"`(loopwright [^`]+)`|\((loopwright [^()]+)\)", text)
+    return [shlex.split(a or b)[1:] for a, b in found]
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    capsys.readouterr()
+    rc = main(list(argv))
+    got = capsys.readouterr()
+    return rc, got.out + got.err
+
+
+@pytest.fixture
+def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A store that is not the default one here (no $LOOPWRIGHT_STORE, the default file in
+    an empty working folder)."""
+    monkeypatch.delenv("LOOPWRIGHT_STORE", raising=False)
+    monkeypatch.setenv("COLUMNS", "400")  # (a long path is not folded inside a word)
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    return str(tmp_path / "other" / "s.db")
+
+
+def _made(path: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+
+def test_the_unpause_that_show_prints_acts_on_the_store_shown(
+    elsewhere: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from test_pause_actions import _paused
+
+    _made(elsewhere)
+    rid = _paused(elsewhere)
+    rc, out = _run(capsys, "show", rid[:12], "--store", elsewhere)
+    assert rc == 0, out
+    [unpause] = [c for c in _commands(out) if c[0] == "unpause"]
+    assert unpause == ["unpause", rid[:12], "--store", elsewhere], out
+    rc, said = _run(capsys, *unpause)  # as printed
+    assert rc == 0, said
+    with lw.Runtime(elsewhere) as rt:
+        assert [a.status for a in rt.store.approvals(run_id=rid)] == ["approved"]
+    assert not Path(".loopwright").exists()  # the default store was never read nor made
+
+
+def test_the_settle_that_show_prints_acts_on_the_store_shown(
+    elsewhere: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _made(elsewhere)
+    with lw.Runtime(elsewhere) as rt:
+        a = rt.run_sync(_paying([], lw.TransientError), TASK)
+    assert a.status == "escalated"
+    rc, out = _run(capsys, "show", a.run_id[:12], "--store", elsewhere)
+    assert rc == 0, out
+    done = [c for c in _commands(out) if c[0] == "settle" and "--done" in c]
+    assert done and all(c[-2:] == ["--store", elsewhere] for c in done), out
+    rc, said = _run(capsys, *done[0])
+    assert rc == 0, said
+    with lw.Runtime(elsewhere) as rt:
+        settled = [e.data["done"] for e in rt.store.events(a.run_id) if e.kind == "effect_settled"]
+    assert settled == [True]
+
+
+def test_a_refusals_hint_names_the_store(
+    elsewhere: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _made(elsewhere)
+    with lw.Runtime(elsewhere) as rt:
+        r = rt.run_sync(make_loop(FOUR_EYES), task("INV-4", 30000), task_key="t", by="sam")
+    rc, said = _run(capsys, "approve", r.run_id[:12], "--by", "ana", "--store", elsewhere)
+    assert rc != 0 and "no users: add them" in said, said
+    [add] = [c for c in _commands(said) if c[:2] == ["users", "add"]]
+    assert add[-2:] == ["--store", elsewhere], said
+    rc, out = _run(capsys, *add)
+    assert rc == 0, out
+    with lw.Runtime(elsewhere) as rt:
+        assert [u.name for u in rt.store.list_users()] == ["ana"]
+
+
+def test_no_flag_where_a_bare_command_reads_the_store(
+    elsewhere: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_pause_actions import _paused
+
+    _made(elsewhere)
+    rid = _paused(elsewhere)
+    monkeypatch.setenv("LOOPWRIGHT_STORE", elsewhere)
+    for given in ([], ["--store", elsewhere]):  # from the variable, or named as it is
+        rc, out = _run(capsys, "show", rid[:12], *given)
+        assert rc == 0, out
+        [unpause] = [c for c in _commands(out) if c[0] == "unpause"]
+        assert unpause == ["unpause", rid[:12]], out
+
+
+def test_a_store_url_with_a_password_is_not_printed() -> None:
+    from loopwright.cli._hint_store import FROM_ENV, carry_store, hint_flag
+
+    assert hint_flag(None) == ""
+    url = "postgresql://ana:s3cret-pw@db.example/loops"
+    assert hint_flag(url) == FROM_ENV
+    text = carry_store(
+        "settle it: `loopwright settle R1 pay --done` (loopwright resume R1)", FROM_ENV
+    )
+    assert text == (
+        'settle it: `loopwright settle R1 pay --done --store "$LOOPWRIGHT_STORE"` '
+        '(loopwright resume R1 --store "$LOOPWRIGHT_STORE")'
+    )
+    assert (
+        hint_flag("postgresql://ana@db.example/loops")
+        == " --store postgresql://ana@db.example/loops"
+    )
+    # typed with the variable unset, `--store ""`: refused in one line, the default not read
+    rc = main(["runs", "--store", ""])
+    assert rc == 2
+
+
+def test_the_dashboard_advice_names_its_store(elsewhere: str) -> None:
+    from test_pause_actions import TOKEN
+
+    from loopwright.web import create_app
+
+    _made(elsewhere)
+    with lw.Runtime(elsewhere) as rt:
+        a = rt.run_sync(_paying([], lw.TransientError), TASK)
+    c = TestClient(create_app(elsewhere, token=TOKEN), base_url="http://127.0.0.1")
+    page = html.unescape(c.get(f"/runs/{a.run_id}").text)
+    done = [x for x in _commands(page) if x[0] == "settle" and "--done" in x]
+    assert done and all(x[-2:] == ["--store", elsewhere] for x in done), page
+    # a dashboard of the store a bare command reads adds nothing
+    c = TestClient(create_app(None, token=TOKEN), base_url="http://127.0.0.1")
+    assert "--store" not in c.get("/").text
