@@ -60,7 +60,7 @@ async def off_the_loop(
     if rid is not None and rid in rt._driving:
         rid = None  # driven here: the operation finds it so, as the synchronous form does
     if rid is not None:
-        rt._driving[rid] += 1
+        rt._count_driven(rid)
     try:
         # The thread's call awaited as it is, in no task of its own: every task cancelled at
         # once (``asyncio.run``'s teardown), a task awaiting it ended at once, the run let go
