@@ -385,7 +385,7 @@ class Runtime(
         ex, rec = ready
         beat = asyncio.create_task(self._heartbeat(ex))
         self._active += 1
-        self._driving[rec.run_id] += 1
+        self._count_driven(rec.run_id)
         unavailable: StoreUnavailableError | None = None
         answered = False  # whether the store took the lease back (it answers again)
         opened = ex.seq  # (a commit since wrote this execution's start event: ``_said_alive``)
@@ -450,10 +450,7 @@ class Runtime(
             try:
                 answered = await self._wind_down(ex, beat, opened, alive)
             finally:
-                # (once its lease is handed back)
-                self._driving[rec.run_id] -= 1
-                if self._driving[rec.run_id] <= 0:
-                    del self._driving[rec.run_id]
+                self._undrive(rec.run_id)  # (once its lease is handed back)
         # A store failure leaves the run as its last durable checkpoint has it; its lease
         # expires (or was handed back) and any worker, or `resume`, goes on. Unless the commit
         # that failed ended (or parked) it, durable with its answer lost: then the run ended

@@ -51,6 +51,10 @@ class _Reserved(threading.local):
 
 RESERVED = _Reserved()
 
+# ``RuntimeHost._driving``'s counts, changed on the event loop and, by a take that outlived its
+# cancelled caller, in the store thread that made it (``_store_threads.in_store_thread``)
+_DRIVING = threading.Lock()
+
 
 class RuntimeHost:
     """The attributes ``Runtime.__init__`` sets that the mixins read, and their cross calls."""
@@ -102,7 +106,7 @@ class RuntimeHost:
         (review54a). The run is returned counted as driven: the caller lets it go
         (``_undrive``)."""
         self._refuse_driven(run_id)
-        self._driving[run_id] += 1
+        self._count_driven(run_id)
         try:
             if not self.store.concurrent_writers:
                 return self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s)
@@ -121,10 +125,15 @@ class RuntimeHost:
             raise
         return token
 
+    def _count_driven(self, run_id: str) -> None:
+        with _DRIVING:
+            self._driving[run_id] += 1
+
     def _undrive(self, run_id: str) -> None:
-        self._driving[run_id] -= 1
-        if self._driving[run_id] <= 0:
-            del self._driving[run_id]
+        with _DRIVING:
+            self._driving[run_id] -= 1
+            if self._driving[run_id] <= 0:
+                del self._driving[run_id]
 
     def _hand_back(self, run_id: str, token: int) -> None:
         # (fenced by the token; refused on the row still locked, it lapses at its TTL)

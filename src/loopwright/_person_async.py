@@ -23,6 +23,7 @@ no cancellation stops), then is cancelled: whatever it did is done.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -34,7 +35,7 @@ from ._host import RESERVED, RuntimeHost
 from ._pause import Pausing
 from ._people import Decisions
 from ._settle import Settling
-from ._store_threads import in_store_thread, uncancelled
+from ._store_threads import in_store_thread, store_threads, uncancelled
 from .store._protocol_commit import BRIEF_LOCK_WAITS
 
 __all__ = ["PersonAsync", "off_the_loop"]
@@ -59,9 +60,16 @@ async def off_the_loop(
     if rid is not None and rid in rt._driving:
         rid = None  # driven here: the operation finds it so, as the synchronous form does
     if rid is not None:
-        rt._driving[rid] += 1
+        rt._count_driven(rid)
     try:
-        return await uncancelled(in_store_thread(functools.partial(_waiting, rt, rid, op)))
+        # The thread's call awaited as it is, in no task of its own: every task cancelled at
+        # once (``asyncio.run``'s teardown), a task awaiting it ended at once, the run let go
+        # while the operation still held its lease (review55b). (No write of it is refused on
+        # a row lock, ``_waiting``: nothing to try again.)
+        call = asyncio.get_running_loop().run_in_executor(
+            store_threads(), functools.partial(_waiting, rt, rid, op)
+        )
+        return await uncancelled(call)
     finally:
         if rid is not None:
             rt._undrive(rid)

@@ -24,7 +24,7 @@ import asyncio
 import functools
 import os
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .store._protocol_commit import BRIEF_LOCK_WAITS, RowLocked
@@ -71,22 +71,27 @@ async def in_store_thread(
     """``fn(*args)`` in a store thread, awaited; tried again after a pause while it is refused
     on a row another session holds locked (``RowLocked``: nothing of it was written).
     ``resting(True)`` is called as each pause starts, ``resting(False)`` as it ends.
-    ``orphaned``: given (on the event loop) what a call returns that ended after its caller
-    was cancelled, which no cancellation stops (a lease taken: handed back); a cancellation
-    during a pause leaves nothing written. ``ended`` (with ``orphaned``): called on the event
-    loop once nothing of a cancelled caller's is in flight, whatever its outcome: after the
-    call that outlived it (and ``orphaned``), or at once when it was cancelled in a pause."""
+    ``orphaned``: given what a call returns that ended after its caller was cancelled, which
+    no cancellation stops (a lease taken: handed back); a cancellation during a pause leaves
+    nothing written. ``ended`` (with ``orphaned``): called once nothing of a cancelled
+    caller's is in flight, whatever its outcome: after the call that outlived it (and
+    ``orphaned``), in the store thread that made it, or at once, on the event loop, when it
+    was cancelled in a pause. Not asked of the event loop after the call: that loop may be
+    closed by then (``asyncio.run`` returned, its teardown having cancelled the caller), and
+    what a closed loop is asked never runs: a take left in hand, its run counted as driven by
+    its runtime for ever (review55b)."""
     loop = asyncio.get_running_loop()
     pause = _FIRST_PAUSE_S
     while True:
-        call = loop.run_in_executor(store_threads(), fn, *args)
+        work = store_threads().submit(fn, *args)
+        call = asyncio.wrap_future(work, loop=loop)
         try:
             return await (call if orphaned is None else asyncio.shield(call))
         except RowLocked:
             pass
         except asyncio.CancelledError:
             if orphaned is not None:
-                call.add_done_callback(functools.partial(_hand_to, orphaned, ended))
+                work.add_done_callback(functools.partial(_hand_to, orphaned, ended))
             raise
         if resting is not None:
             resting(True)
@@ -103,7 +108,7 @@ async def in_store_thread(
 
 
 def _hand_to(
-    orphaned: Callable[[Any], object], ended: Callable[[], object] | None, call: asyncio.Future[Any]
+    orphaned: Callable[[Any], object], ended: Callable[[], object] | None, call: Future[Any]
 ) -> None:
     try:
         if not call.cancelled() and call.exception() is None:

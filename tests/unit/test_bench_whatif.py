@@ -60,3 +60,20 @@ def test_time_prints_the_run_and_the_steady_figures() -> None:
     figures = dict(line.split("=") for line in out.splitlines() if "=" in line)
     assert float(figures["engine_us_per_cycle"]) > 0
     assert float(figures["steady_us_per_cycle"]) > 0
+
+
+def test_without_env_stubs_the_environment_check_of_every_redaction(
+    whatif: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The registry split from ``_redact`` (split55b): its ``_values`` (``redact_text``, and
+    # ``redact`` once a secret is registered) read the registry's ``_env_secrets``, which a
+    # what-if that rebound ``_redact._env_secrets`` alone left in (review55b).
+    from loopwright import _redact, _redact_registry
+
+    monkeypatch.setattr(_redact, "_env_secrets", _redact._env_secrets)
+    monkeypatch.setattr(_redact_registry, "_env_secrets", _redact_registry._env_secrets)
+    monkeypatch.setenv("WHATIF_API_KEY", "whatif-env-value-9f3k")
+    assert "whatif-env-value-9f3k" not in _redact.redact_text("x whatif-env-value-9f3k")
+    whatif.PIECES["env"][0]()
+    assert _redact.redact_text("x whatif-env-value-9f3k") == "x whatif-env-value-9f3k"
+    assert _redact.redact({"m": "x whatif-env-value-9f3k"}) == {"m": "x whatif-env-value-9f3k"}

@@ -207,3 +207,62 @@ def test_a_resume_while_an_async_operation_holds_the_run_is_refused(tmp_path: Pa
         assert refused is not None and "being executed by this runtime" in str(refused)
         assert edited.status != "running" and not rt._driving
         assert rt.resume_sync(run_id, LOOP).status in lw.RUN_STATUSES  # (not refused now)
+
+
+def test_an_operation_outlived_by_its_event_loop_keeps_the_run_driven_to_its_end(
+    tmp_path: Path,
+) -> None:
+    """Every task cancelled at once (``asyncio.run``'s teardown: a ``gather`` left running, a
+    Ctrl-C), the operation's own task among them: the run stayed counted as driven only until
+    that task was cancelled, not until the operation in its thread had ended (review55b). A
+    resume of this runtime then took the lease the edit still held (the store lets an owner
+    take its own lease again), and one fenced the other out (attack47)."""
+    import threading
+
+    entered, go = threading.Event(), threading.Event()
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        run_id = rt.create(LOOP, TASK, task_key="t")[0].run_id
+        latest = rt.store.latest_checkpoint
+
+        def slow(rid: str) -> Any:
+            if threading.current_thread() is not threading.main_thread():
+                entered.set()
+                assert go.wait(60)
+            return latest(rid)
+
+        rt.store.latest_checkpoint = slow  # type: ignore[method-assign]
+
+        async def main() -> tuple[bool, bool, BaseException | None, BaseException | None]:
+            editing = asyncio.create_task(rt.edit_async(run_id, "doc/a", 7, by="ops"))
+            assert await until(entered.is_set)
+            for task in asyncio.all_tasks():  # (as ``asyncio.run``'s teardown does)
+                if task is not asyncio.current_task():
+                    task.cancel()
+            for _ in range(50):  # turns of the event loop, no time: the cancellations land
+                await asyncio.sleep(0)
+            ended, driven = editing.done(), run_id in rt._driving
+            try:
+                await rt.resume(run_id, LOOP)
+                refused = None
+            except lw.ConflictError as exc:
+                refused = exc
+            finally:
+                go.set()
+            try:
+                await editing
+                raised = None
+            except BaseException as exc:  # (what the edit's caller is told)
+                raised = exc
+            return ended, driven, refused, raised
+
+        try:
+            ended, driven, refused, raised = asyncio.run(main())
+        finally:
+            go.set()
+            rt.store.latest_checkpoint = latest  # type: ignore[method-assign]
+        assert not ended and driven  # waited for, the run its meanwhile
+        assert refused is not None and "being executed by this runtime" in str(refused)
+        assert isinstance(raised, asyncio.CancelledError)  # (cancelled once it had ended)
+        assert not rt._driving
+        assert rt.store.get_run(run_id).lease_owner is None  # the edit's lease handed back
+        assert rt.resume_sync(run_id, LOOP).status in lw.RUN_STATUSES
