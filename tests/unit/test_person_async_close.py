@@ -145,29 +145,3 @@ def test_an_operation_not_started_when_close_begins_is_refused_nothing_done(
     assert _edited(path, first) == (1, ["allowed"])
     assert _edited(path, second) == (0, [])  # (not a write of it, not an audit record)
     assert _person_gate._THREADS_GATE.held == 0  # (its place given back)
-
-
-def test_a_gate_cancelled_while_waiting_or_given_a_place_passes_it_on() -> None:
-    from loopwright import _person_gate
-
-    gate = _person_gate.Gate(1)
-
-    async def main() -> list[str]:
-        seen: list[str] = []
-        await gate.enter()
-
-        async def take(name: str) -> None:
-            await gate.enter()
-            seen.append(name)
-            gate.leave()
-
-        b, c, d = (asyncio.ensure_future(take(n)) for n in "bcd")
-        assert await until(lambda: len(gate._waiting) == 3)
-        b.cancel()  # cancelled while it waits: out of the line
-        await asyncio.sleep(0)
-        gate.leave()  # the place to c ...
-        c.cancel()  # ... cancelled before it resumes: passed on to d
-        await asyncio.wait([b, c, d])
-        return seen
-
-    assert asyncio.run(main()) == ["d"] and gate.held == 0
