@@ -14,7 +14,8 @@ resume owes before its first cycle, then the loop of cycles and their boundaries
 after a person's edit), ``_conclude`` (effects → decide), ``_checkpoint`` (the commit and its
 durability), ``_parking`` (approval requests and questions), ``_finishing`` (ending a run),
 ``_reflection`` (the reflector's note, owed across a crash), ``_people`` (people's
-decisions, cancel, rollback) and ``_person_async`` (their async forms, off the event loop). What ``result`` returns, and the state a result holds, is
+decisions, cancel, rollback) and ``_person_async`` (their async forms, off the event loop), ``_lifecycle`` (``drain``,
+``close``). What ``result`` returns, and the state a result holds, is
 ``_result``'s.
 """
 
@@ -43,6 +44,7 @@ from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
 from ._json import check_given_text
 from ._lease_life import LeaseLife
+from ._lifecycle import Lifecycle
 from ._live_owners import hold_owner, release_owner
 from ._loop import Loop, check_loop
 from ._memory import FeedbackMemory
@@ -96,6 +98,7 @@ class Runtime(
     Pausing,
     Settling,
     PersonAsync,
+    Lifecycle,
 ):
     """Runs loops durably against a store.
 
@@ -221,17 +224,7 @@ class Runtime(
                 self.close()
                 raise
 
-    def drain(self) -> None:
-        """Finish the cycle in flight of every run, then stop before the next (graceful
-        shutdown: runs stay resumable, leases are released)."""
-        self._draining = True
-
-    # --- lifecycle ----------------------------------------------------------------------
-    def close(self) -> None:
-        release_owner(self.owner, self)
-        if self._owns_store:
-            self.store.close()
-
+    # --- lifecycle (``drain``, ``close``: ``_lifecycle``) ------------------------------------
     def __repr__(self) -> str:
         # which store (its URL: a PostgreSQL store's drops the password) and which owner, not
         # ``<loopwright._engine.Runtime object at 0x…>``
@@ -241,16 +234,10 @@ class Runtime(
     def __enter__(self) -> Runtime:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # ``async with Runtime() as rt:`` in async code, as ``with`` in a script (it was a
     # TypeError: the first line an asyncio user writes)
     async def __aenter__(self) -> Runtime:
         return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.close()
 
     # --- starting and resuming -------------------------------------------------------------
     async def run(

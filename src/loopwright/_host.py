@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import ConflictError
 from ._group import GroupCommitter, GroupRecall
 from ._memory import FeedbackMemory
+from ._person_gate import PersonOps
 from ._saying import Saying
 from ._store_threads import in_store_thread, store_threads
 from .store import Approval, ClosedApproval, NewApproval, RunRecord, Store
@@ -88,8 +89,23 @@ class RuntimeHost:
         self._refuse_driven(run_id)
         return self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s)
 
+    @property
+    def _person_ops(self) -> PersonOps:
+        """This runtime's person's operations awaited off the event loop (``_person_async``);
+        made at the first use, one however many threads ask at once."""
+        ops: PersonOps | None = self.__dict__.get("_person_ops_")
+        if ops is None:
+            ops = self.__dict__.setdefault("_person_ops_", PersonOps(self.owner))
+        return ops
+
     def _refuse_driven(self, run_id: str) -> None:
         if run_id in self._driving and RESERVED.run != (id(self), run_id):
+            op = self._person_ops.runs.get(run_id)
+            if op is not None:  # (not executed: a resume said so, async55b)
+                raise ConflictError(
+                    f"run {run_id} has a person's operation in progress in this runtime "
+                    f"({self.owner}): {op}; try again once it has ended"
+                )
             raise ConflictError(f"run {run_id} is being executed by this runtime ({self.owner})")
 
     async def _lease_to_drive(self, run_id: str) -> int:

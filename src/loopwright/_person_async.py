@@ -34,6 +34,8 @@ from ._fork import Forking
 from ._host import RESERVED, RuntimeHost
 from ._pause import Pausing
 from ._people import Decisions
+from ._person_gate import Gate
+from ._person_gate import gates as person_gates
 from ._settle import Settling
 from ._store_threads import in_store_thread, store_threads, uncancelled
 from .store._protocol_commit import BRIEF_LOCK_WAITS
@@ -46,38 +48,70 @@ _H = TypeVar("_H", bound=RuntimeHost)
 
 
 async def off_the_loop(
-    rt: RuntimeHost, run_id: object, op: Callable[[], _T], *, leased: bool
+    rt: RuntimeHost,
+    run_id: object,
+    op: Callable[[], _T],
+    *,
+    leased: bool,
+    name: str = "the operation",
 ) -> _T:
-    """``op()`` (a person's operation on ``run_id``, as given: an id or its prefix) in a store
-    thread, awaited; the run counted as driven meanwhile when the operation takes its lease
-    (``leased``; the module's words)."""
+    """``op()`` (a person's operation ``name`` on ``run_id``, as given: an id or its prefix)
+    in a store thread, awaited, once a place is free for it (``_person_gate``); the run
+    counted as driven meanwhile when the operation takes its lease (``leased``; the module's
+    words). Started, it is waited for by the runtime's ``close``; refused by it before."""
+    gates = person_gates(rt.store)
+    entered: list[Gate] = []
+    try:
+        for gate in gates:
+            await gate.enter()
+            entered.append(gate)
+        return await _placed(rt, run_id, op, leased=leased, name=name)
+    finally:
+        for gate in reversed(entered):
+            gate.leave()
+
+
+async def _placed(
+    rt: RuntimeHost, run_id: object, op: Callable[[], _T], *, leased: bool, name: str
+) -> _T:
+    ops = rt._person_ops
     rid: str | None = None
-    if leased and isinstance(run_id, str):
+    if leased and isinstance(run_id, str) and not ops.closing:
         try:
             rid = (await in_store_thread(rt.store.get_run, run_id)).run_id
         except LoopwrightError:
             rid = None  # (the operation says why, in its own order of checks)
     if rid is not None and rid in rt._driving:
         rid = None  # driven here: the operation finds it so, as the synchronous form does
+    # From here to the thread's start nothing is awaited: ``close`` (on this event loop, or
+    # in another thread) finds it started, and waits for it, or refuses it.
+    ops.start(name)
     if rid is not None:
         rt._count_driven(rid)
+        ops.runs[rid] = name
     try:
         # The thread's call awaited as it is, in no task of its own: every task cancelled at
         # once (``asyncio.run``'s teardown), a task awaiting it ended at once, the run let go
         # while the operation still held its lease (review55b). (No write of it is refused on
         # a row lock, ``_waiting``: nothing to try again.)
-        call = asyncio.get_running_loop().run_in_executor(
-            store_threads(), functools.partial(_waiting, rt, rid, op)
-        )
+        try:
+            call = asyncio.get_running_loop().run_in_executor(
+                store_threads(), functools.partial(_waiting, rt, rid, op)
+            )
+        except BaseException:
+            ops.end()  # (never handed to a thread: ``_waiting`` will not end it)
+            raise
         return await uncancelled(call)
     finally:
         if rid is not None:
+            ops.runs.pop(rid, None)
             rt._undrive(rid)
 
 
 def _waiting(rt: RuntimeHost, rid: str | None, op: Callable[[], _T]) -> _T:
     """``op()`` here (a store thread), its writes waiting for a row lock as long as the
-    synchronous form's do, ``rid`` its runtime's to take the lease of."""
+    synchronous form's do, ``rid`` its runtime's to take the lease of; counted in flight
+    (``close`` waits for it) until it has ended."""
     BRIEF_LOCK_WAITS.on = False
     RESERVED.run = None if rid is None else (id(rt), rid)
     try:
@@ -85,6 +119,7 @@ def _waiting(rt: RuntimeHost, rid: str | None, op: Callable[[], _T]) -> _T:
     finally:
         RESERVED.run = None
         BRIEF_LOCK_WAITS.on = True
+        rt._person_ops.end()
 
 
 def _awaited(
@@ -98,7 +133,7 @@ def _awaited(
     async def run(self: _H, /, *args: _P.args, **kw: _P.kwargs) -> _T:
         run_id = args[0] if args else kw.get("run_id")
         return await off_the_loop(
-            self, run_id, functools.partial(op, self, *args, **kw), leased=leased
+            self, run_id, functools.partial(op, self, *args, **kw), leased=leased, name=name
         )
 
     run.__name__, run.__qualname__ = name, f"Runtime.{name}"

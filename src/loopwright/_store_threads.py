@@ -32,11 +32,15 @@ from .store._protocol_commit import BRIEF_LOCK_WAITS, RowLocked
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["in_store_thread", "store_threads", "written"]
+__all__ = ["STORE_THREADS", "in_store_thread", "store_threads", "written"]
 
 _T = TypeVar("_T")
 
 _THREADS: list[ThreadPoolExecutor] = []
+
+# How many store threads at most; a person's operations hold at most half of them at once
+# (``_person_gate``), the rest left to the writes of the runs they wait beside.
+STORE_THREADS = 32
 
 # The pause before a write refused on a row lock (``RowLocked``) is tried again: doubled at each
 # refusal, up to the last. Its connection is the pool's meanwhile.
@@ -53,7 +57,7 @@ def store_threads() -> ThreadPoolExecutor:
         # (two made at once: the first is used, the other never starts a thread)
         _THREADS.append(
             ThreadPoolExecutor(
-                max_workers=32,
+                max_workers=STORE_THREADS,
                 thread_name_prefix="loopwright-store",
                 initializer=_brief_lock_waits,
             )

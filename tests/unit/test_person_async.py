@@ -204,7 +204,10 @@ def test_a_resume_while_an_async_operation_holds_the_run_is_refused(tmp_path: Pa
 
         edited, refused = asyncio.run(main())
         rt.store.latest_checkpoint = latest  # type: ignore[method-assign]
-        assert refused is not None and "being executed by this runtime" in str(refused)
+        # (said as what it is: a person's operation, not an execution; async55b)
+        assert refused is not None and "being executed" not in str(refused)
+        assert "a person's operation in progress in this runtime" in str(refused)
+        assert "edit_async" in str(refused)
         assert edited.status != "running" and not rt._driving
         assert rt.resume_sync(run_id, LOOP).status in lw.RUN_STATUSES  # (not refused now)
 

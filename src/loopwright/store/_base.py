@@ -75,6 +75,10 @@ class Store(LiveStore, PeopleStore, CheckpointsStore, CommitStore, JournalStore,
     # for a store of one's own): one write lock for the whole store, which every run's next
     # write waits on anyway; written on the event loop, which costs less (docs/decisions.md).
     concurrent_writers: bool = False
+    # How many connections the store holds at most (its pool's size), where a write waiting on
+    # a row lock holds one for the wait: a person's operations awaited off the event loop take
+    # at most half of them at once (``_person_gate``). None: no such bound (SQLite).
+    connections: int | None = None
 
     def __repr__(self) -> str:
         where = getattr(self, "url", None)

@@ -209,6 +209,7 @@ class PostgresStore(SQLStore):
             raise StoreError(
                 hide_url_secrets(f"cannot open store {self.url}: {type(exc).__name__}: {exc}", url)
             ) from exc
+        self.connections = pool_max
         self._pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
             conninfo,
             min_size=pool_min,

@@ -1,0 +1,165 @@
+"""How many of a person's operations awaited off the event loop (``_person_async``) may hold a
+store thread, and a store's pooled connection, at once; and what a runtime's ``close`` waits
+for (async55b).
+
+Such an operation waits for a row another session holds locked (a person in psql, the
+dashboard) as its synchronous form does, holding its store thread and a pooled connection for
+the whole wait. Thirty-two of them at once took every store thread (``_store_threads``) and
+ten every connection of a PostgreSQL store's default pool: the cycle commits, lease renewals
+and releases of runs whose rows were free found neither, and every run of the process stalled
+with them. At most ``PERSON_THREADS`` (half the store threads) hold a thread at once, and at
+most half a store's connections (``Store.connections``) one of its connections; the others
+wait on their event loop, holding neither, in the order they came.
+
+``PersonOps``: a runtime's operations in flight. ``close`` waits for those in a store thread
+to end, whole (the store closed under one cut it off half-written), and refuses those not
+started yet (waiting for a thread), which have done nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import weakref
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ._errors import StoreError
+from ._store_threads import STORE_THREADS
+
+if TYPE_CHECKING:
+    from .store import Store
+
+__all__ = ["PERSON_THREADS", "Gate", "PersonOps", "gates"]
+
+# Half the store threads: the other half is left to the cycle commits, lease renewals and
+# releases of the runs the operations wait beside.
+PERSON_THREADS = STORE_THREADS // 2
+
+
+class Gate:
+    """At most ``most`` holders at once, across threads and event loops; one that waits for a
+    place waits on its event loop (no thread held), in the order it came."""
+
+    def __init__(self, most: int) -> None:
+        self.most = max(1, most)
+        self.held = 0
+        self._lock = threading.Lock()
+        self._waiting: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
+
+    async def enter(self) -> None:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self.held < self.most and not self._waiting:
+                self.held += 1
+                return
+            place: asyncio.Future[None] = loop.create_future()
+            self._waiting.append((loop, place))
+        try:
+            await place
+        except asyncio.CancelledError:
+            with self._lock:
+                if (loop, place) in self._waiting:
+                    self._waiting.remove((loop, place))
+                    raise
+            if place.done() and not place.cancelled():
+                self.leave()  # (given a place, then cancelled: it is the next one's)
+            raise  # (else ``_give`` finds it cancelled and passes the place on)
+
+    def leave(self) -> None:
+        """The place held handed to the first that waits, or given back."""
+        while True:
+            with self._lock:
+                if not self._waiting:
+                    self.held -= 1
+                    return
+                loop, place = self._waiting.popleft()
+            try:
+                loop.call_soon_threadsafe(self._give, place)
+                return
+            except RuntimeError:
+                continue  # (its event loop closed: nobody waits there any more)
+
+    def _give(self, place: asyncio.Future[None]) -> None:
+        if place.done():  # (cancelled meanwhile)
+            self.leave()
+        else:
+            place.set_result(None)
+
+
+_STORE_GATES: weakref.WeakKeyDictionary[Store, Gate] = weakref.WeakKeyDictionary()
+_GATES_LOCK = threading.Lock()
+_THREADS_GATE = Gate(PERSON_THREADS)
+
+
+def gates(store: Store) -> tuple[Gate, ...]:
+    """The gates an operation on ``store`` passes: the store threads', then the store's
+    connections' (when it has a pool of a known size)."""
+    if store.connections is None:
+        return (_THREADS_GATE,)
+    with _GATES_LOCK:
+        gate = _STORE_GATES.get(store)
+        if gate is None:
+            gate = _STORE_GATES[store] = Gate(store.connections // 2)
+    return (_THREADS_GATE, gate)
+
+
+class PersonOps:
+    """A runtime's person's operations in flight: those in a store thread (``working``; what
+    ``close`` waits for), and the runs they hold counted as driven, each with the name of the
+    operation (``runs``: a resume refused meanwhile says so)."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self.runs: dict[str, str] = {}
+        self.working = 0
+        self.closing = False
+        self._ended = threading.Condition()
+        self._awaiting: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    def start(self, name: str) -> None:
+        """One more operation in a store thread, unless ``close`` was called: then refused,
+        nothing of it done."""
+        with self._ended:
+            if self.closing:
+                raise StoreError(
+                    f"{name} was not started: this runtime ({self.owner}) was closed while it "
+                    "waited for a store thread; nothing of it was done"
+                )
+            self.working += 1
+
+    def end(self) -> None:
+        """(in the store thread, as the operation ends)"""
+        with self._ended:
+            self.working -= 1
+            if self.working:
+                return
+            self._ended.notify_all()
+            awaiting, self._awaiting = self._awaiting, []
+        for loop, done in awaiting:
+            with contextlib.suppress(RuntimeError):  # (its event loop closed)
+                loop.call_soon_threadsafe(_set, done)
+
+    def close(self) -> None:
+        """No operation started from now on; those in a store thread waited for."""
+        with self._ended:
+            self.closing = True
+            while self.working:
+                self._ended.wait()
+
+    async def aclose(self) -> None:
+        """``close``, its wait made on the event loop (which the operations do not need)."""
+        loop = asyncio.get_running_loop()
+        with self._ended:
+            self.closing = True
+            if not self.working:
+                return
+            done: asyncio.Future[None] = loop.create_future()
+            self._awaiting.append((loop, done))
+        await asyncio.shield(done)
+
+
+def _set(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
