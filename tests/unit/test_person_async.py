@@ -264,7 +264,7 @@ def test_an_operation_outlived_by_its_event_loop_keeps_the_run_driven_to_its_end
             go.set()
             rt.store.latest_checkpoint = latest  # type: ignore[method-assign]
         assert not ended and driven  # waited for, the run its meanwhile
-        assert refused is not None and "being executed by this runtime" in str(refused)
+        assert refused is not None and "a person's operation in progress" in str(refused)
         assert isinstance(raised, asyncio.CancelledError)  # (cancelled once it had ended)
         assert not rt._driving
         assert rt.store.get_run(run_id).lease_owner is None  # the edit's lease handed back
