@@ -266,10 +266,10 @@ def settled_run_packet(
     hints = (hint, _HINT_BEFORE_POLISH55.format(run=rec.run_id[:12], key=ikey)) if hint else ()
     for field in ("cause", "summary"):
         text = packet.get(field)
-        said = next((h for h in hints if isinstance(text, str) and h in text), None)
-        if said is not None and isinstance(text, str):
+        worded = next((h for h in hints if isinstance(text, str) and h in text), None)
+        if worded is not None and isinstance(text, str):
             packet[field] = text.replace(
-                said, f"; {what}: roll the run back to before cycle {entry.cycle} and resume it"
+                worded, f"; {what}: roll the run back to before cycle {entry.cycle} and resume it"
             )
     advice = str(packet.get("recommended_action") or "")
     firsts = (

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from test_notify_settle import _escalated
 
+import loopwright as lw
 from loopwright.cli import main
 from loopwright.store import NewEvent, open_store
 from loopwright.web._feed import SETTLED, SETTLED_ID_MARGIN, Change, Feed
@@ -104,3 +106,43 @@ def test_a_settling_past_a_margin_full_of_settlings_is_heard(url: str) -> None:
         st.close()
     keys = [c.event.data["key"] for c in heard if c.kind == "settled" and c.event]
     assert keys[SETTLED_ID_MARGIN:] == ["pay:last"], keys[SETTLED_ID_MARGIN - 2 :]
+
+
+def test_a_store_failing_in_the_look_loses_no_settling(url: str) -> None:
+    """The store fails as the look reads the settled run (a restart, a dropped connection):
+    the look fails, and the next one hears the settling (it was marked heard before its run
+    was read, and never heard)."""
+    run_id = _escalated(url)
+    st = open_store(url)
+    try:
+        heard: list[Change] = []
+        feed = Feed(st)
+        feed.listen(heard.append)
+        feed.poll()  # (where things stand)
+        _settle(url, run_id)
+        feed.poll()  # (the run's own change: its cause and advice)
+        armed, read, get_run = [False], st.events_after, st.get_run
+
+        def reading(kind: str, after: int, limit: int = 1_000) -> Any:
+            armed[0] = True  # the next read of a run fails
+            return read(kind, after, limit)
+
+        def failing(rid: str) -> Any:
+            if armed[0]:
+                armed[0] = False
+                raise lw.StoreUnavailableError("connection refused (injected)")
+            return get_run(rid)
+
+        heard.clear()
+        second = _escalated(url)
+        _settle(url, second)
+        st.events_after = reading  # type: ignore[method-assign]
+        st.get_run = failing  # type: ignore[method-assign]
+        with pytest.raises(lw.StoreUnavailableError, match="injected"):
+            feed.poll()
+        st.events_after = read  # type: ignore[method-assign]
+        feed.poll()
+        feed.poll()
+    finally:
+        st.close()
+    assert [c.event.run_id for c in heard if c.kind == "settled" and c.event] == [second]

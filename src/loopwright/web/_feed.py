@@ -216,15 +216,15 @@ class Feed:
         top = self.store.last_event_id()  # (before the read: one written after, read next)
         floor = max(0, self._settled_after - SETTLED_ID_MARGIN)
         found = self.store.events_after(SETTLED, floor, SETTLED_READ)
+        # Their runs read before any is marked heard: a store failing meanwhile fails the look,
+        # and the next one hears them (marked first, they were never heard; review55a)
+        new = [(e, self._run_record(e.run_id)) for e in found if e.id not in self._settled_seen]
         out = []
-        for e in found:
-            self._settled_after = max(self._settled_after, e.id)
-            if e.id in self._settled_seen:
-                continue
+        for e, rec in new:
             self._settled_seen.add(e.id)
-            rec = self._run_record(e.run_id)
             if rec is not None:
                 out.append(self._change("settled", run=rec, event=e))
+        self._settled_after = max([self._settled_after, *(e.id for e in found)])
         if len(found) < SETTLED_READ:  # (all read: none left between the floor and ``top``)
             self._settled_after = max(self._settled_after, top)
         floor = self._settled_after - SETTLED_ID_MARGIN
