@@ -116,10 +116,17 @@ class LeaseLife(RuntimeHost):
         # on its way, as a crash (``max_crashes = 0``: escalated; review54c, polish55).
         here = asyncio.get_running_loop()
         while (saying := self._saying) is not None:
-            if saying.gone(here):
+            its_end = asyncio.wrap_future(saying.done)
+            # Whether its event loop still runs is looked at again while this waits: one that
+            # stops after the wait began (``run_until_complete`` of something else returned),
+            # the saying suspended in it, never ends it (review55a)
+            while not saying.gone(here):
+                if (await asyncio.wait([its_end], timeout=_LOOK_AGAIN_S))[0]:
+                    break
+            else:
                 # left in an event loop that runs no more: what it had not said is said here
                 self._unsaid = [*saying.stop(), *self._unsaid][-_UNSAID_KEPT:]
-            await asyncio.shield(asyncio.wrap_future(saying.done))
+                await asyncio.shield(its_end)
         if not self._unsaid:
             return
         words, self._unsaid = self._unsaid, []
@@ -156,6 +163,7 @@ class LeaseLife(RuntimeHost):
         )
 
 
+_LOOK_AGAIN_S = 1.0  # (how often a resume waiting on another loop's saying looks at that loop)
 _UNSAID_KEPT = 1000  # (an outage of many runs: the oldest words beyond it are let go)
 
 

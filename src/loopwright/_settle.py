@@ -231,6 +231,19 @@ def settle_hint(store: Store, run_id: str, key: str) -> str:
     )
 
 
+# The hint and the advice's first words as releases before polish55 wrote them into packets
+# (`--result JSON`, a placeholder): found and replaced when such a run's effect is settled.
+_HINT_BEFORE_POLISH55 = (
+    f"{SETTLE_TAIL}`loopwright settle {{run}} {{key}} --done --result JSON` (or `--not-done`), "
+    "then roll the run back and resume it"
+)
+_FIRST_BEFORE_POLISH55 = (
+    "A person must check the outside world and settle the effect in doubt first: "
+    "`loopwright settle {run} {key} --done --result JSON` if it happened, "
+    "`loopwright settle {run} {key} --not-done` if not; then "
+)
+
+
 def settled_run_packet(
     store: Store, rec: RunRecord, entry: JournalEntry, settled: dict[str, Any], status: str
 ) -> dict[str, Any] | None:
@@ -248,17 +261,25 @@ def settled_run_packet(
     said = "done" if settled["done"] else "not done"
     what = f"{entry.data.get('name')} ({ikey}) was settled {said} by {settled['by']}"
     hint = settle_hint(store, rec.run_id, ikey)
+    # (in this release's words, or an earlier one's: a run escalated before polish55 reworded
+    # them kept "once checked, settle it" once settled; review55a)
+    hints = (hint, _HINT_BEFORE_POLISH55.format(run=rec.run_id[:12], key=ikey)) if hint else ()
     for field in ("cause", "summary"):
         text = packet.get(field)
-        if hint and isinstance(text, str):
+        worded = next((h for h in hints if isinstance(text, str) and h in text), None)
+        if worded is not None and isinstance(text, str):
             packet[field] = text.replace(
-                hint, f"; {what}: roll the run back to before cycle {entry.cycle} and resume it"
+                worded, f"; {what}: roll the run back to before cycle {entry.cycle} and resume it"
             )
     advice = str(packet.get("recommended_action") or "")
-    first = settle_first(rec.run_id, ikey)
+    firsts = (
+        settle_first(rec.run_id, ikey),
+        _FIRST_BEFORE_POLISH55.format(run=rec.run_id[:12], key=ikey),
+    )
+    first = next((f for f in firsts if f in advice), None)
     packet["recommended_action"] = (
         advice.replace(first, f"{what} (its cycle: {entry.cycle}); now ", 1)
-        if first in advice
+        if first is not None
         else f"{what}. {advice}".strip()  # (a packet worded otherwise: it says so first)
     )
     evidence = {k: v for k, v in evidence.items() if k != "settle"}

@@ -27,9 +27,12 @@ log = masked_logger("loopwright.feed")
 # Runs created this long before the previous look are still read: a writer's clock may lag
 # this process's, and a run created and ended between two looks is seen only this way.
 CREATED_MARGIN_S = 120.0
-# Settlings are read from this many event ids below the newest seen: PostgreSQL hands out
-# ids as transactions start, so a settling may commit after an event with a higher id.
+# Settlings are read from this many event ids below the newest event seen: PostgreSQL hands
+# out ids as transactions start, so a settling may commit after an event with a higher id.
 SETTLED_ID_MARGIN = 1_000
+# At most this many settlings read a look: more than the margin can hold, so that a look
+# whose margin is all settlings already heard still reads the new ones past it (review55a).
+SETTLED_READ = 2 * SETTLED_ID_MARGIN
 SETTLED = "effect_settled"
 
 
@@ -80,8 +83,8 @@ class Feed:
         self._seen: _Seen | None = None
         self._seq = 0
         self._last_look = 0.0
-        self._settled_after = 0  # the newest settling event seen (``_settlings``)
-        self._settled_seen: set[int] = set()  # those within the margin below it
+        self._settled_after = 0  # the newest event seen (``_settlings``)
+        self._settled_seen: set[int] = set()  # the settlings within the margin below it
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._nudge = threading.Event()  # cuts the wait short: stop, or wake
@@ -152,7 +155,7 @@ class Feed:
         seen, changes = self._seen, []
         if seen is None:
             self._seen = _Seen(marks, pending)
-            self._settled_after = self.store.last_event_id()  # (settlings from now on)
+            self._settled_from_now()
             for aid, rid in pending.items():
                 a = self._approval(rid, aid)
                 if a is not None:
@@ -191,20 +194,39 @@ class Feed:
         self._emit(changes)
         return changes
 
+    def _settled_from_now(self) -> None:
+        """The first look: settlings from now on. Those already written within the margin are
+        marked heard (the next look reads from the margin below the newest event: a settling
+        of before the feed was heard as new, review55a); one of an id below the newest that
+        commits later is not among them, and is heard."""
+        top = self.store.last_event_id()
+        self._settled_after = top
+        floor = max(0, top - SETTLED_ID_MARGIN)
+        self._settled_seen = {
+            e.id for e in self.store.events_after(SETTLED, floor, SETTLED_READ) if e.id <= top
+        }
+
     def _settlings(self) -> list[Change]:
         """The effects in doubt a person settled since the previous look, wherever they did
         (`loopwright settle`, the API, the dashboard, a refund's settling: each writes one
-        ``effect_settled`` event), each once (polish55: no listener heard of them)."""
+        ``effect_settled`` event), each once (polish55: no listener heard of them). A look
+        reads from the margin below the newest event of the previous look, not below the
+        newest settling: a feed that saw none for a while read, every look, every event
+        written since the last one (review55a)."""
+        top = self.store.last_event_id()  # (before the read: one written after, read next)
         floor = max(0, self._settled_after - SETTLED_ID_MARGIN)
+        found = self.store.events_after(SETTLED, floor, SETTLED_READ)
+        # Their runs read before any is marked heard: a store failing meanwhile fails the look,
+        # and the next one hears them (marked first, they were never heard; review55a)
+        new = [(e, self._run_record(e.run_id)) for e in found if e.id not in self._settled_seen]
         out = []
-        for e in self.store.events_after(SETTLED, floor):
-            if e.id in self._settled_seen:
-                continue
+        for e, rec in new:
             self._settled_seen.add(e.id)
-            self._settled_after = max(self._settled_after, e.id)
-            rec = self._run_record(e.run_id)
             if rec is not None:
                 out.append(self._change("settled", run=rec, event=e))
+        self._settled_after = max([self._settled_after, *(e.id for e in found)])
+        if len(found) < SETTLED_READ:  # (all read: none left between the floor and ``top``)
+            self._settled_after = max(self._settled_after, top)
         floor = self._settled_after - SETTLED_ID_MARGIN
         self._settled_seen = {i for i in self._settled_seen if i > floor}
         return out
