@@ -45,6 +45,7 @@ from typing import Any
 
 from ._json import numbered_key
 from ._redact_anchors import shapes_sub
+from ._redact_any import surely_untriggered
 from ._redact_forms import (  # noqa: F401  (re-exported: their home before the split)
     _base64_cores,
     _encoded_of,
@@ -409,7 +410,8 @@ def _clean_text(
     )
     # a key holding ``passw`` is a secret's name wherever it is (``quoted`` holds it where
     # ``low`` does: only a backslash before a quote is dropped)
-    hit = _triggered(quoted, passw=True)
+    # (one pass of an automaton on the clean text, the common case, where the package is there)
+    hit = False if surely_untriggered(quoted) else _triggered(quoted, passw=True)
     if hit or _upper_triggered(text, low):
         return False
     # (no secret value known, the common case without one in the environment: no call)

@@ -28,7 +28,8 @@ PROTOCOL = {
     "loopwright.store._protocol_memory",
     "loopwright.store._with_newer",
 }
-THIRD_PARTY_CORE = {"orjson"}  # the core's one dependency on the import path
+# the core's dependencies on the import path (ahocorasick_rs: the redaction net's one pass)
+THIRD_PARTY_CORE = {"orjson", "ahocorasick_rs"}
 # Imported inside a function, only when asked for: live tracing, when a provider is given;
 # following a run's events, when ``Runtime.events`` / ``events_sync`` is called.
 LAZY = {"loopwright.trace._live", "loopwright.trace._follow"}
