@@ -169,9 +169,7 @@ class Finishing(RuntimeHost):
             return ex.loop.spec_ref is None
         return self.store.get_run(ex.run_id).spec_ref is None
 
-    def _last_held_out(
-        self, ex: _Exec
-    ) -> tuple[bool | None, dict[str, Any] | None, int | None]:
+    def _last_held_out(self, ex: _Exec) -> tuple[bool | None, dict[str, Any] | None, int | None]:
         """Whether the last candidate every held-out check judged passed them all (``None``:
         none was judged), with those verdicts when they are at hand, and how many of their
         tests were self-reported: known from this execution's cycles, else read from the
