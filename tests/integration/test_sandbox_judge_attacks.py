@@ -263,6 +263,26 @@ def test_the_function_under_test_is_judged_beside_a_known_star_import() -> None:
     assert t.passed and t.self_reported, t.to_dict()
 
 
+def test_an_argument_of_literal_arithmetic_is_judged() -> None:
+    # HumanEval's `candidate(3 * 19)`, `candidate('abcde' + 'cade')`, `candidate([1, 0**0])`:
+    # the arguments were not literals, and 12 of the 328 LDB held-out scripts self-reported
+    code = "def f(x):\n    return x\n"
+    tests = [
+        "assert f(3 * 19) == 57",
+        "def check(c):\n    assert c('ab' + 'c') == 'abc'\n    assert c([1, 0**0, -2]) == [1, 1, -2]\n\ncheck(f)",
+        "assert f(3 * 19) == 56",
+        "assert f(1 << 2) == 4",  # (not arithmetic the judge lets through: not judged)
+    ]
+    r = run_tests(code, tests, judged_only=True)
+    assert [(t.passed, t.self_reported) for t in r.tests] == [
+        (True, False),
+        (True, False),
+        (False, False),
+        (False, False),
+    ], r.to_dict()
+    assert r.tests[2].actual == "57" and r.tests[3].error.startswith("not judged"), r.to_dict()
+
+
 def test_the_function_under_test_is_still_judged() -> None:
     code = "from fractions import Fraction\ndef f(a, b):\n    return [a, b]\n"
     tests = [
