@@ -20,7 +20,7 @@ import loopwright as lw
 from loopwright.cli import _app
 from loopwright.store import open_store
 from loopwright.store._pg_schema import PG_MIGRATIONS
-from loopwright.store._schema import HELD_OUT_SELF_REPORTED, SQLITE_MIGRATIONS
+from loopwright.store._schema import SQLITE_MIGRATIONS
 from loopwright.store.sqlite import SQLiteStore
 from loopwright.verifiers import CommandVerifier
 
@@ -181,6 +181,8 @@ def test_an_sqlite_store_of_an_earlier_release_gains_the_column(tmp_path: Path) 
 
 @pytest.mark.postgres
 def test_a_pg_store_of_an_earlier_release_gains_the_column(pg_url: str) -> None:
+    from loopwright.store._schema import HELD_OUT_SELF_REPORTED
+
     ids = _three_runs(pg_url)
     with open_store(pg_url) as s, s._tx() as conn:  # type: ignore[attr-defined]
         conn.execute("ALTER TABLE runs DROP COLUMN held_out_self_reported")

@@ -225,7 +225,7 @@ def test_only_the_function_under_test_is_the_candidates(
         # rebinds it and the test calls only it (stop 55: judged as the candidate's, a pass)
         ("from math import *", "sqrt = lambda x: 0\n", "assert sqrt(2) == 0"),
         ("from math import *", "def sqrt(x):\n    return 0\n", "assert sqrt(2) == 0"),
-        ("import os\nfrom typing import *", "cast = lambda t, v: 0\n", "assert cast(int, 1) == 0"),
+        ("import os\nfrom typing import *", "cast = lambda t, v: 0\n", "assert cast('int', 1) == 0"),
         # a star import of a module whose names the judge does not read: any call may be one
         ("from os.path import *", "join = lambda *a: 0\n", "assert join('a', 'b') == 0"),
     ],
