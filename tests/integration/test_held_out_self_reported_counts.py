@@ -18,6 +18,7 @@ from support.printed import TextSink
 
 import loopwright as lw
 from loopwright.cli import _app
+from loopwright.cli._diff_cmd import diff
 from loopwright.store import open_store
 from loopwright.store._pg_schema import PG_MIGRATIONS
 from loopwright.store._schema import SQLITE_MIGRATIONS
@@ -141,6 +142,14 @@ def test_the_runs_lists_say_a_pass_rests_on_self_reported_tests(
     assert listed["judged"]["held_out_self_reported"] == 0
     page = c.get("/").text
     assert page.count("pass (self-reported)</span>") == 1, page
+    # two runs side by side: `loopwright diff` and the compare page
+    out = _printed(
+        diff, monkeypatch, run_a=ids["self"], run_b=ids["judged"], store=url, as_json=False
+    )
+    [row] = [x for x in out.splitlines() if "held-out" in x]
+    assert row.split()[-2:] == ["pass*", "pass"], row
+    page = c.get("/compare", params={"run": [ids["self"], ids["judged"]]}).text
+    assert "<td>pass (self-reported)</td><td>pass</td>" in page, page
 
 
 def _v(migrations: list[list[str]], step: str) -> int:

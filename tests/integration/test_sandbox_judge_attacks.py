@@ -203,6 +203,17 @@ def test_under_unshare_too(attack: str, monkeypatch: pytest.MonkeyPatch) -> None
         ("", "import builtins\nbuiltins.hash = lambda x: 0\n", "assert hash('a') == 0"),
         # a script's reference call, and a constant's method the worker never had
         ("", "ref = lambda x: 0\n", "def check(c):\n    assert c(2) == ref(2)\n\ncheck(f)"),
+        # a name the preamble's star import binds, which no parser sees: the candidate
+        # rebinds it and the test calls only it (stop 55: judged as the candidate's, a pass)
+        ("from math import *", "sqrt = lambda x: 0\n", "assert sqrt(2) == 0"),
+        ("from math import *", "def sqrt(x):\n    return 0\n", "assert sqrt(2) == 0"),
+        (
+            "import os\nfrom typing import *",
+            "cast = lambda t, v: 0\n",
+            "assert cast('int', 1) == 0",
+        ),
+        # a star import of a module whose names the judge does not read: any call may be one
+        ("from os.path import *", "join = lambda *a: 0\n", "assert join('a', 'b') == 0"),
     ],
 )
 def test_only_the_function_under_test_is_the_candidates(
@@ -211,28 +222,6 @@ def test_only_the_function_under_test_is_the_candidates(
     # the worker evaluated every call with literal arguments as the candidate's: a reference
     # call's value, the expected one, was the candidate's to choose, and the forger passed,
     # judged. Now such a test is not judged (judged_only fails it; else it is self-reported).
-    code = forger + "def f(*a):\n    return 0\n"
-    (t,) = run_tests(code, [test], preamble=preamble, judged_only=True).tests
-    assert not t.passed and t.error.startswith("not judged"), t.to_dict()
-    (t,) = run_tests(code, [test], preamble=preamble).tests
-    assert t.self_reported, t.to_dict()
-
-
-@pytest.mark.parametrize(
-    ("preamble", "forger", "test"),
-    [
-        # a name the preamble's star import binds, which no parser sees: the candidate
-        # rebinds it and the test calls only it (stop 55: judged as the candidate's, a pass)
-        ("from math import *", "sqrt = lambda x: 0\n", "assert sqrt(2) == 0"),
-        ("from math import *", "def sqrt(x):\n    return 0\n", "assert sqrt(2) == 0"),
-        ("import os\nfrom typing import *", "cast = lambda t, v: 0\n", "assert cast('int', 1) == 0"),
-        # a star import of a module whose names the judge does not read: any call may be one
-        ("from os.path import *", "join = lambda *a: 0\n", "assert join('a', 'b') == 0"),
-    ],
-)
-def test_a_name_of_a_star_import_is_not_the_candidates(
-    preamble: str, forger: str, test: str
-) -> None:
     code = forger + "def f(*a):\n    return 0\n"
     (t,) = run_tests(code, [test], preamble=preamble, judged_only=True).tests
     assert not t.passed and t.error.startswith("not judged"), t.to_dict()
