@@ -140,6 +140,23 @@ def test_the_runs_lists_say_a_pass_rests_on_self_reported_tests(
     listed = {r["task_key"]: r for r in c.get("/api/runs").json()}
     assert listed["self"]["held_out_self_reported"] == 1
     assert listed["judged"]["held_out_self_reported"] == 0
+    from loopwright.cli._metrics_cmd import metrics
+
+    out = _printed(
+        metrics,
+        monkeypatch,
+        store=url,
+        project=None,
+        loop=None,
+        since=None,
+        until=None,
+        days=None,
+        status=None,
+        review_cost=None,
+        per_run=False,
+        as_json=False,
+    )
+    assert "1 held-out pass(es) resting on self-reported tests" in " ".join(out.split()), out
     page = c.get("/").text
     assert page.count("pass (self-reported)</span>") == 1, page
     # two runs side by side: `loopwright diff` and the compare page
