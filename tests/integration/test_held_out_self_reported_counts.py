@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.held_out import held_out_loop
 from support.printed import TextSink
 
 import loopwright as lw
@@ -23,7 +24,6 @@ from loopwright.store import open_store
 from loopwright.store._pg_schema import PG_MIGRATIONS
 from loopwright.store._schema import SQLITE_MIGRATIONS
 from loopwright.store.sqlite import SQLiteStore
-from loopwright.verifiers import CommandVerifier
 
 RIGHT = "def add(a, b):\n    return a + b\n"
 WRONG = "def add(a, b):\n    return 0\n"
@@ -39,17 +39,7 @@ def _loop() -> lw.Loop:
     def visible(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
         return lw.Verdict(passed=True, score=1.0)
 
-    return lw.Loop(
-        name="held",
-        actor=actor,
-        verifiers=[
-            lw.Check(fn=visible, name="visible"),
-            lw.Check(
-                fn=CommandVerifier(tests_key="held_out.tests"), name="hidden_tests", held_out=True
-            ),
-        ],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
-    )
+    return held_out_loop(actor, visible)
 
 
 def _task(tests: list[str], code: str = RIGHT) -> dict[str, Any]:
