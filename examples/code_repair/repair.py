@@ -29,7 +29,12 @@ actor = ReplayActor(attempts_key="recorded.attempts", artifact="program", part="
 
 visible_tests = CommandVerifier(tests_key="visible_tests", test_timeout_s=1.0, name="visible_tests")
 
-hidden_tests = CommandVerifier(tests_key="held_out.tests", test_timeout_s=10.0, name="hidden_tests")
+# judged_only stays off: 14 of the 328 held-out scripts of the shared LDB files are not of the
+# judged form (README.md, "Held-out tests"); on, they would fail every candidate. Their passes
+# are marked self-reported and left out of false_success_rate.
+hidden_tests = CommandVerifier(
+    tests_key="held_out.tests", test_timeout_s=10.0, name="hidden_tests", judged_only=False
+)
 
 
 def init(task: Mapping[str, Any]) -> lw.TaskState:

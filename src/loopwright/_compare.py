@@ -110,6 +110,7 @@ def _side(store: Store, rec: RunRecord) -> dict[str, Any]:
         "cycles": rec.cycle,
         "best_score": rec.best_score,
         "held_out_passed": rec.held_out_passed,
+        "held_out_self_reported": rec.held_out_self_reported,
         "cost_usd": rec.cost_usd,
         "tokens": rec.tokens,
         "seconds": rec.seconds,

@@ -41,6 +41,7 @@ from ._redact import redact
 from ._same_value import same_value
 from ._state import Finding, Version
 from ._usage import Usage
+from ._verdict import self_reported_count as mine
 from .store import NewEvent
 
 __all__ = ["ASKED", "HELD_OUT_KEY", "Cycle"]
@@ -416,6 +417,8 @@ class Cycle(ActorContext):
                         "score": verdict.value,
                         "findings": len(verdict.findings),
                         "seconds": secs,
+                        # (a held-out end read from events counts them: _finishing)
+                        **({"self_reported": n_mine} if (n_mine := mine(verdict.evidence)) else {}),
                         # what this judgement cost: a trace sums a verifier's judgements (a
                         # cycle judged again after a person's edit pays twice)
                         **({"usage": priced_dict(vu)} if vu.cost_usd or vu.tokens else {}),

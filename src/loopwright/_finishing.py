@@ -17,6 +17,7 @@ from ._host import RuntimeHost
 from ._memory import FeedbackMemory
 from ._packet import build_packet, stop_cause
 from ._usage import Usage
+from ._verdict import self_reported_count
 from .store import ClosedApproval, NewApproval, NewEvent
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ class Finishing(RuntimeHost):
         # before the next cycle) reports the held-out verdicts of its last judged candidate:
         # held_out_passed means that, whatever the stop, and the packet shows the verdicts
         # behind it (they read {} beside held_out_passed false).
-        last, last_verdicts = (None, None) if held_out else self._last_held_out(ex)
+        last, last_verdicts, last_mine = (None, None, None) if held_out else self._last_held_out(ex)
         if status != "accepted":
             packet = build_packet(
                 reason,
@@ -153,8 +154,10 @@ class Finishing(RuntimeHost):
         }
         if held_out:
             run["held_out_passed"] = int(all(v.get("passed") for v in held_out.values()))
+            run["held_out_self_reported"] = _mine(held_out)
         elif last is not None:
             run["held_out_passed"] = int(last)
+            run["held_out_self_reported"] = last_mine
         self._commit(ex, record, run, approvals=approvals, closes=closes)
 
     def _from_python(self, ex: _Exec) -> bool:
@@ -166,35 +169,41 @@ class Finishing(RuntimeHost):
             return ex.loop.spec_ref is None
         return self.store.get_run(ex.run_id).spec_ref is None
 
-    def _last_held_out(self, ex: _Exec) -> tuple[bool | None, dict[str, Any] | None]:
+    def _last_held_out(self, ex: _Exec) -> tuple[bool | None, dict[str, Any] | None, int | None]:
         """Whether the last candidate every held-out check judged passed them all (``None``:
-        none was judged), with those verdicts when they are at hand: known from this
-        execution's cycles, else read from the newest checkpoints' records, else from the
-        run's ``verdict`` events (a run whose recent commits judged nothing: the pass alone).
-        Invariant 8: the common ends read nothing of a long run's past."""
+        none was judged), with those verdicts when they are at hand, and how many of their
+        tests were self-reported: known from this execution's cycles, else read from the
+        newest checkpoints' records, else from the run's ``verdict`` events (a run whose
+        recent commits judged nothing: the pass and the count alone). Invariant 8: the common
+        ends read nothing of a long run's past."""
         names = {c.name for c in getattr(ex.loop, "verifiers", ()) if c.held_out}
         if not names:
-            return None, None
+            return None, None, None
         if ex.held_out_known:
-            return ex.held_out_last, ex.held_out_verdicts
+            verdicts = ex.held_out_verdicts
+            return ex.held_out_last, verdicts, None if verdicts is None else _mine(verdicts)
         for ck in reversed(self.store.checkpoints_after(ex.run_id, ex.seq - _RECENT)):
             held = (ck.record or {}).get("held_out") or {}
             if names <= set(held):
-                return all(bool(held[k].get("passed")) for k in names), {
-                    k: held[k] for k in sorted(names)
-                }
-        by_cycle: dict[int, dict[str, bool]] = {}
+                verdicts = {k: held[k] for k in sorted(names)}
+                return all(bool(held[k].get("passed")) for k in names), verdicts, _mine(verdicts)
+        by_cycle: dict[int, dict[str, tuple[bool, int]]] = {}
         events: list[tuple[int, str, Mapping[str, Any]]] = [
             (e.cycle, e.kind, e.data) for e in self.store.events(ex.run_id)
         ]
         events += [(e.cycle, e.kind, e.data) for e in ex.events]
         for cycle, kind, data in events:
             if kind == "verdict" and data.get("held_out") and data.get("verifier") in names:
-                by_cycle.setdefault(cycle, {})[str(data["verifier"])] = bool(data.get("passed"))
+                n = data.get("self_reported")
+                by_cycle.setdefault(cycle, {})[str(data["verifier"])] = (
+                    bool(data.get("passed")),
+                    n if type(n) is int else 0,
+                )
         for cycle in sorted(by_cycle, reverse=True):
             if set(by_cycle[cycle]) == names:
-                return all(by_cycle[cycle].values()), None
-        return None, None
+                seen = by_cycle[cycle].values()
+                return all(p for p, _n in seen), None, sum(n for _p, n in seen)
+        return None, None, None
 
     @property
     def memory(self) -> FeedbackMemory:
@@ -202,3 +211,10 @@ class Finishing(RuntimeHost):
         if self._memory is None:
             self._memory = FeedbackMemory(self.store)
         return self._memory
+
+
+def _mine(verdicts: Mapping[str, Any]) -> int:
+    """How many tests behind held-out ``verdicts`` (stored form, by check) were self-reported."""
+    return sum(
+        self_reported_count(v.get("evidence")) for v in verdicts.values() if isinstance(v, Mapping)
+    )

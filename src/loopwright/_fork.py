@@ -418,6 +418,7 @@ class Forking(RuntimeHost):
                         "packet": None,
                         "ended_at": None,
                         "held_out_passed": None,
+                        "held_out_self_reported": None,
                         "cancel_requested": 0,
                     }
                 self._commit(

@@ -94,8 +94,10 @@ DEFINITIONS: dict[str, str] = {
     "progress_per_usd": "sum of best visible scores (0 if none) / all spend",
     "progress_per_cycle": "sum of best visible scores (0 if none) / all cycles",
     "task_completion_rate": "accepted runs / selected runs",
-    "verified_completion_rate": "accepted runs passing held-out / runs with a held-out verdict",
-    "false_success_rate": "accepted runs failing held-out / accepted runs with a held-out verdict",
+    "verified_completion_rate": "accepted runs passing held-out / runs with a held-out verdict "
+    "(a pass resting on self-reported tests left out)",
+    "false_success_rate": "accepted runs failing held-out / accepted runs with a held-out verdict "
+    "(a pass resting on self-reported tests left out)",
     "regression_rate": "verified cycles failing a visible check that passed in the previous "
     "verified cycle (rollbacks and forks followed) / verified cycles with a previous one",
     "exception_rate": "runs with a retry, give-up, failed or in-doubt effect, or crash resume "
@@ -162,9 +164,15 @@ class Metrics:
         verified_completion_rate: accepted runs whose held-out verdict passed / selected runs
             with a held-out verdict (``held_out_passed`` set: held-out checks judged one of
             its candidates). Runs of loops without held-out checks are left out, as for
-            ``false_success_rate``; so are runs that ended before any candidate was judged.
+            ``false_success_rate``; so are runs that ended before any candidate was judged,
+            and runs whose held-out pass rests on self-reported tests (below).
         false_success_rate: accepted runs whose held-out verdict failed / accepted runs with a
-            held-out verdict (runs of loops without held-out checks are left out).
+            held-out verdict (runs of loops without held-out checks are left out). A held-out
+            pass that rests on a test the candidate's own process decided (a sandbox check's
+            self-reported test: ``RunMetrics.held_out_self_reported``) is not an independent
+            verdict: it is in neither basis, and counted in ``held_out_self_reported``.
+        held_out_self_reported: selected runs whose held-out pass rests on self-reported tests
+            (left out of the two rates above; a count, not a metric).
         regression_rate: regressing cycles / checked cycles. A checked cycle is a concluded
             cycle with visible verdicts that has a previous such cycle in its run's kept
             lineage (a rollback to cycle k leaves the last one at or before k; a fork's first
@@ -227,6 +235,7 @@ class Metrics:
     workflow_reuse_rate: float | None
     stop_reasons: Mapping[str, int]
     stopped_by: Mapping[str, int] = field(default_factory=dict)
+    held_out_self_reported: int = 0
     human_review_cost_per_accepted_usd: float | None = None
     review_cost_usd: float | None = None
     basis: Mapping[str, tuple[float, float]] = field(default_factory=dict)
@@ -249,6 +258,7 @@ class Metrics:
             "runs_ended": self.runs_ended,
             "accepted": self.accepted,
             "spend_usd": self.spend_usd,
+            "held_out_self_reported": self.held_out_self_reported,
         }
         out.update({name: getattr(self, name) for name in METRIC_NAMES})
         if self.review_cost_usd is not None:
@@ -308,12 +318,12 @@ def summarize(
         ),
         "task_completion_rate": (len(acc), len(rows), "no runs selected"),
         "verified_completion_rate": (
-            sum(1 for r in acc if r.held_out_passed is True),
-            sum(1 for r in rows if r.held_out_passed is not None),
+            sum(1 for r in acc if r.held_out_independent is True),
+            sum(1 for r in rows if r.held_out_independent is not None),
             "no run has a held-out verdict",
         ),
         "false_success_rate": (
-            *false_successes(r.held_out_passed for r in acc),
+            *false_successes(r.held_out_independent for r in acc),
             "no accepted run has a held-out verdict",
         ),
         "regression_rate": (
@@ -363,6 +373,9 @@ def summarize(
         spend_usd=spend,
         stop_reasons={k: reasons.get(k, 0) for k in (*STOP_REASONS, *sorted(reasons))},
         stopped_by={k: groups.get(k, 0) for k in (*STOPPED_BY, *sorted(groups))},
+        held_out_self_reported=sum(
+            1 for r in rows if r.held_out_passed and r.held_out_independent is None
+        ),
         review_cost_usd=review_cost_usd,
         basis=basis,
         undefined={k: undefined[k] for k in (*METRIC_NAMES, REVIEW_COST_METRIC) if k in undefined},

@@ -167,6 +167,9 @@ class RunMetrics:
         context_reuse_cycles: of those, cycles whose context carried at least one note.
         workflow_reused: whether an accepted run of the same loop name and version ended
             before this run was created; None when the run's loop version is unknown.
+        held_out_self_reported: how many tests behind ``held_out_passed`` the candidate's own
+            process decided (the run's column; None when unknown): a held-out pass with any
+            is not an independent one (``held_out_independent``).
         inherited_usd, inherited_cycles, inherited_best_score: what a fork started from (its
             origin's spend, cycle counter and best score at the fork point; 0, 0 and None for
             a run that is not a fork).
@@ -203,6 +206,16 @@ class RunMetrics:
     inherited_usd: float = 0.0
     inherited_cycles: int = 0
     inherited_best_score: float | None = None
+    held_out_self_reported: int | None = None
+
+    @property
+    def held_out_independent(self) -> bool | None:
+        """``held_out_passed`` as an independent verdict: ``None`` for a held-out pass that
+        rests on a test the candidate's own process decided (``held_out_self_reported``): it
+        could have forged it, so it is neither a pass nor a failure of the held-out checks."""
+        if self.held_out_passed and self.held_out_self_reported:
+            return None
+        return self.held_out_passed
 
     @property
     def accepted(self) -> bool:
@@ -240,10 +253,12 @@ class RunMetrics:
 
     @property
     def false_success(self) -> bool | None:
-        """Accepted on the visible checks and failed held-out; None when not applicable."""
-        if not self.accepted or self.held_out_passed is None:
+        """Accepted on the visible checks and failed held-out; None when not applicable (no
+        held-out verdict, or a held-out pass resting on self-reported tests)."""
+        held = self.held_out_independent
+        if not self.accepted or held is None:
             return None
-        return not self.held_out_passed
+        return not held
 
     @property
     def had_failure(self) -> bool:
@@ -300,9 +315,10 @@ def _div(num: float, den: float) -> float | None:
 
 
 def false_successes(held_out_passed: Iterable[bool | None]) -> tuple[int, int]:
-    """``false_success_rate``'s basis over the ``held_out_passed`` of accepted runs: (those
-    that failed held-out, those with a held-out verdict). A run of a loop without held-out
-    checks (``None``) is in neither."""
+    """``false_success_rate``'s basis over the independent held-out verdicts of accepted runs
+    (``held_out_independent``): (those that failed held-out, those with such a verdict). A run
+    of a loop without held-out checks, or whose held-out pass rests on self-reported tests
+    (``None``), is in neither."""
     failed = judged = 0
     for passed in held_out_passed:
         if passed is not None:
@@ -515,6 +531,7 @@ class _RunFold:
             cost_usd=max(0.0, run.cost_usd - inh.cost_usd),
             best_score=run.best_score,
             held_out_passed=run.held_out_passed,
+            held_out_self_reported=run.held_out_self_reported,
             last_improvement_cycle=self.last_cycle,
             spend_after_last_improvement_usd=max(0.0, run.cost_usd - self.through),
             verified_cycles=self.verified,

@@ -177,6 +177,13 @@ class Verdict:
         )
 
 
+def self_reported_count(evidence: Any) -> int:
+    """How many tests behind a verdict whose ``evidence`` this is the candidate's own process
+    decided: the sandbox's ``evidence["self_reported"]`` (0 for any other verifier's)."""
+    mine = evidence.get("self_reported") if isinstance(evidence, Mapping) else None
+    return len(mine) if isinstance(mine, list) else 0
+
+
 def self_reported_note(verdict: Mapping[str, Any]) -> str:
     """What a person reading a passed verdict (stored form, ``Verdict.to_dict``) must know of
     the tests behind it that the candidate's own process decided (the sandbox's

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.held_out import held_out_loop
 from support.printed import TextSink
 
 import loopwright as lw
 from loopwright.cli import _app
-from loopwright.verifiers import CommandVerifier
 
 NOTE = "1 of 2 tests self-reported: the candidate could have forged them"
 # The second test is not of the judged form (a loop): the candidate's process decides it.
@@ -33,17 +33,7 @@ def _run(tmp_path: Path, *, escalate: bool = False) -> tuple[str, str, list[str]
     def visible(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
         return lw.Verdict(passed=not escalate, score=0.5 if escalate else 1.0)
 
-    loop = lw.Loop(
-        name="held",
-        actor=actor,
-        verifiers=[
-            lw.Check(fn=visible, name="visible"),
-            lw.Check(
-                fn=CommandVerifier(tests_key="held_out.tests"), name="hidden_tests", held_out=True
-            ),
-        ],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
-    )
+    loop = held_out_loop(actor, visible)
     task: dict[str, Any] = {
         "artifacts": {"program": {"code": "def add(a, b):\n    return 0\n"}},
         "held_out": {"tests": HELD_OUT},

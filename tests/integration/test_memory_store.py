@@ -19,6 +19,7 @@ from loopwright._memory import FeedbackMemory, MemoryNotFoundError
 from loopwright.store import Store, open_store
 from loopwright.store._pg_schema import PG_MIGRATIONS
 from loopwright.store._schema import SQLITE_MIGRATIONS
+from loopwright.store._sql_migrations import _ADD_COLUMN
 
 
 @dataclass
@@ -37,6 +38,8 @@ def _sqlite_backend(path: Path) -> Backend:
     def execute_all(statements: list[str]) -> None:
         db = sqlite3.connect(path)
         for statement in statements:
+            if statement in _ADD_COLUMN:  # (a step the migrations runner runs in Python)
+                statement = _ADD_COLUMN[statement][1].format("")
             db.execute(statement)
         db.commit()
         db.close()

@@ -203,6 +203,17 @@ def test_under_unshare_too(attack: str, monkeypatch: pytest.MonkeyPatch) -> None
         ("", "import builtins\nbuiltins.hash = lambda x: 0\n", "assert hash('a') == 0"),
         # a script's reference call, and a constant's method the worker never had
         ("", "ref = lambda x: 0\n", "def check(c):\n    assert c(2) == ref(2)\n\ncheck(f)"),
+        # a name the preamble's star import binds, which no parser sees: the candidate
+        # rebinds it and the test calls only it (stop 55: judged as the candidate's, a pass)
+        ("from math import *", "sqrt = lambda x: 0\n", "assert sqrt(2) == 0"),
+        ("from math import *", "def sqrt(x):\n    return 0\n", "assert sqrt(2) == 0"),
+        (
+            "import os\nfrom typing import *",
+            "cast = lambda t, v: 0\n",
+            "assert cast('int', 1) == 0",
+        ),
+        # a star import of a module whose names the judge does not read: any call may be one
+        ("from os.path import *", "join = lambda *a: 0\n", "assert join('a', 'b') == 0"),
     ],
 )
 def test_only_the_function_under_test_is_the_candidates(
@@ -216,6 +227,49 @@ def test_only_the_function_under_test_is_the_candidates(
     assert not t.passed and t.error.startswith("not judged"), t.to_dict()
     (t,) = run_tests(code, [test], preamble=preamble).tests
     assert t.self_reported, t.to_dict()
+
+
+def test_the_judge_reads_a_star_imports_names_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (as for a sandbox running another interpreter, whose names the host does not read)
+    from loopwright.verifiers import sandbox
+
+    monkeypatch.setattr(sandbox, "preamble_stars", lambda preamble: {})
+    code = "sqrt = lambda x: 0\ndef f(x):\n    return x + 1\n"
+    tests = ["assert sqrt(2) == 0", "assert f(1) == 2"]
+    r = run_tests(code, tests, preamble="from math import *", judged_only=True)
+    assert [(t.passed, t.self_reported) for t in r.tests] == [(False, False), (True, False)]
+    assert r.tests[0].error.startswith("not judged"), r.to_dict()
+
+
+def test_the_function_under_test_is_judged_beside_a_known_star_import() -> None:
+    # math's names are known: f is not one of them, and stays the candidate's, judged; beside
+    # an unknown module's star import, nothing is (it may have bound f)
+    code = "def f(x):\n    return x + 1\n"
+    for preamble in ("from math import *", "from typing import *\nfrom heapq import *"):
+        (t,) = run_tests(code, ["assert f(1) == 2"], preamble=preamble, judged_only=True).tests
+        assert t.passed and not t.self_reported, (preamble, t.to_dict())
+    (t,) = run_tests(code, ["assert f(1) == 2"], preamble="from os.path import *").tests
+    assert t.passed and t.self_reported, t.to_dict()
+
+
+def test_an_argument_of_literal_arithmetic_is_judged() -> None:
+    # HumanEval's `candidate(3 * 19)`, `candidate('abcde' + 'cade')`, `candidate([1, 0**0])`:
+    # the arguments were not literals, and 12 of the 328 LDB held-out scripts self-reported
+    code = "def f(x):\n    return x\n"
+    tests = [
+        "assert f(3 * 19) == 57",
+        "def check(c):\n    assert c('ab' + 'c') == 'abc'\n    assert c([1, 0**0, -2]) == [1, 1, -2]\n\ncheck(f)",
+        "assert f(3 * 19) == 56",
+        "assert f(1 << 2) == 4",  # (not arithmetic the judge lets through: not judged)
+    ]
+    r = run_tests(code, tests, judged_only=True)
+    assert [(t.passed, t.self_reported) for t in r.tests] == [
+        (True, False),
+        (True, False),
+        (False, False),
+        (False, False),
+    ], r.to_dict()
+    assert r.tests[2].actual == "57" and r.tests[3].error.startswith("not judged"), r.to_dict()
 
 
 def test_the_function_under_test_is_still_judged() -> None:

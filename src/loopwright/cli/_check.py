@@ -185,7 +185,8 @@ def review(loop: Loop) -> list[dict[str, str]]:
             False,
             f"yes, where a test is not of the judged form: {', '.join(forgeable)} run(s) such "
             "tests in the candidate's own process (self-reported, marked in the verdict), which "
-            "could forge them; set judged_only = true to fail them instead",
+            "could forge them (such a pass is marked, and false_success_rate leaves it out); "
+            "set judged_only = true to fail them instead",
         )
 
     if loop.reflector is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import typer
@@ -24,10 +25,13 @@ def _short(v: Any, n: int = 36) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def _held(v: Any) -> str:
+def _held(side: Mapping[str, Any]) -> str:
     """A held-out verdict as ``show`` and ``runs`` say it (JSON's ``null``/``true`` read as
-    a value missing from the table)."""
-    return "-" if v is None else "pass" if v else "FAIL"
+    a value missing from the table; ``pass*``: resting on self-reported tests)."""
+    v = side["held_out_passed"]
+    if v is None:
+        return "-"
+    return ("pass*" if side.get("held_out_self_reported") else "pass") if v else "FAIL"
 
 
 def _score(v: Any) -> str:
@@ -66,7 +70,7 @@ def diff(
         ("stop", a["stop_reason"] or "-", b["stop_reason"] or "-"),
         ("cycles", a["cycles"], b["cycles"]),
         ("best score", _score(a["best_score"]), _score(b["best_score"])),
-        ("held-out", _held(a["held_out_passed"]), _held(b["held_out_passed"])),
+        ("held-out", _held(a), _held(b)),
         ("spend", usd(a["cost_usd"]), usd(b["cost_usd"])),
         ("tokens", a["tokens"], b["tokens"]),
     ]

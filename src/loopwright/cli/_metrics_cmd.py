@@ -159,6 +159,14 @@ def _table(m: Metrics, *, width: int) -> object:
         basis = _basis(name, *num_den) if num_den else ""
         cells.append((name, _fmt(name, m.value(name)), basis))
     notes = [f"{n} is n/a: {escape(m.undefined[n])}" for n in names if n in m.undefined]
+    left_out = (
+        f"{m.held_out_self_reported} held-out pass(es) resting on self-reported tests (the "
+        "candidate's own process decided them) left out of false_success_rate and "
+        "verified_completion_rate"
+        if m.held_out_self_reported
+        else ""
+    )
+    notes += [left_out] if left_out else []
     hint = "definitions: docs/metrics.md (or a terminal of 110 columns or more)"
     # A table too wide for the terminal cut its figures to "…" (40 columns: nothing left to
     # read; outside49): narrower than the table, each metric is a line and its figures the next.
@@ -177,8 +185,8 @@ def _table(m: Metrics, *, width: int) -> object:
         why = m.undefined.get(name)
         definition = escape(DEFINITIONS[name]) + (f" [yellow]({escape(why)})[/]" if why else "")
         t.add_row(name, value, basis, *([definition] if wide else []))
-    if not wide:
-        t.caption = "\n".join([*notes, hint])
+    if not wide or left_out:
+        t.caption = "\n".join([*notes, hint]) if not wide else left_out
         t.caption_justify = "left"
     return t
 

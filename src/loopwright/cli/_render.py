@@ -96,8 +96,10 @@ def summary_table(runs: list[RunRecord]) -> Table:
             reason, status_text(status), str(len(rs)), usd_digits(sum(r.cost_usd for r in rs))
         )
     accepted = [r for r in runs if r.status == "accepted"]
-    # the metric's own basis: accepted runs without a held-out verdict are left out of both
-    false_success, judged = false_successes(r.held_out_passed for r in accepted)
+    # the metric's own basis: accepted runs without an independent held-out verdict (none,
+    # or a pass resting on self-reported tests) are left out of both
+    false_success, judged = false_successes(r.held_out_independent for r in accepted)
+    forgeable = sum(1 for r in accepted if r.held_out_passed and r.held_out_independent is None)
     total = sum(r.cost_usd for r in runs)
     t.add_section()
     t.add_row("total", "", str(len(runs)), usd_digits(total))
@@ -105,6 +107,11 @@ def summary_table(runs: list[RunRecord]) -> Table:
         f"accepted {len(accepted)}/{len(runs)}; false successes (accepted on visible checks, "
         f"failed held-out): {false_success}"
         + (f" (false_success_rate {false_success / judged:.3f})" if judged else "")
+        + (
+            f"; held-out passes resting on self-reported tests, not counted: {forgeable}"
+            if forgeable
+            else ""
+        )
         + "; cost per accepted outcome: "
         + (usd(total / len(accepted)) if accepted else "n/a")
     )

@@ -299,10 +299,7 @@ def print_runs(
             (str(r.cycle), ""),
             ("-" if r.best_score is None else f"{r.best_score:.2f}", ""),
             (usd_digits(r.cost_usd), ""),
-            (
-                "-" if r.held_out_passed is None else "pass" if r.held_out_passed else "FAIL",
-                "red" if r.held_out_passed is False else "",
-            ),
+            _held_cell(r),
             (_ago(r.created_at, here), ""),
         )
         for r, said in zip(runs, why, strict=True)
@@ -323,8 +320,27 @@ def print_runs(
         _wrapped(forks[:5], width)
         if len(forks) > 5:
             _wrapped([f"and {len(forks) - 5} more fork(s) not started"], width)
+    if any(_held_cell(r)[0] == "pass*" for r in runs):
+        _wrapped(
+            [
+                "pass*: a held-out pass resting on self-reported tests (decided in the "
+                "candidate's own process, which could have forged them): not counted as a "
+                "held-out pass by false_success_rate"
+            ],
+            width,
+        )
     if total > len(runs):
         sys.stdout.write(f"… {total - len(runs)} more (use --limit N or --all)\n")
+
+
+def _held_cell(r: RunRecord) -> tuple[str, str]:
+    """The held-out column: ``pass``, ``FAIL``, ``-``, or ``pass*`` for a pass resting on
+    self-reported tests (``RunRecord.held_out_independent``)."""
+    if r.held_out_passed is None:
+        return "-", ""
+    if not r.held_out_passed:
+        return "FAIL", "red"
+    return ("pass", "") if r.held_out_independent else ("pass*", "yellow")
 
 
 _WHY = next(i for i, c in enumerate(_RUN_COLS) if c.header == "why it stopped")

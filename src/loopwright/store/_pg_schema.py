@@ -29,6 +29,7 @@ from ._schema import (
     EFFECT_GENERATION,
     EFFECT_REUSES,
     EVENTS_NOTIFIED_SQL,
+    HELD_OUT_SELF_REPORTED,
     HOLD_UNSTARTED_FORKS,
     MAKER_STARTS,
     MEMORY_REFLECTIONS_SQL,
@@ -311,4 +312,7 @@ PG_MIGRATIONS: list[list[str]] = [
         "DROP INDEX IF EXISTS runs_claimable",
         f"CREATE INDEX runs_claimable ON runs(updated_at, run_id) WHERE {CLAIMABLE_PG}",
     ],
+    # v19: how many tests behind a held-out verdict were self-reported, as SQLite's v21 (IF
+    # NOT EXISTS: the step may run again).
+    [HELD_OUT_SELF_REPORTED.format("IF NOT EXISTS")],
 ]

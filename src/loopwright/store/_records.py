@@ -75,6 +75,19 @@ class RunRecord:
     open_requests: int | None = None
     # a fork nobody has started: no worker claims it until its maker starts it (``resume``)
     maker_starts: bool = False
+    # how many tests behind ``held_out_passed`` the candidate's own process decided (a
+    # sandbox check's self-reported tests): 0 when every one was judged outside it; ``None``
+    # when unknown (no held-out verdict, or a run ended before stop 55). A pass with any is
+    # not an independent one (``held_out_independent``).
+    held_out_self_reported: int | None = None
+
+    @property
+    def held_out_independent(self) -> bool | None:
+        """``held_out_passed`` as an independent verdict: ``None`` (no verdict to count) for a
+        held-out pass that rests on a test the candidate could have forged."""
+        if self.held_out_passed and self.held_out_self_reported:
+            return None
+        return self.held_out_passed
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -103,6 +116,7 @@ class RunRecord:
             "forked_at": self.forked_at,
             "created_by": self.created_by,
             "maker_starts": self.maker_starts,
+            "held_out_self_reported": self.held_out_self_reported,
         }
 
 

@@ -181,6 +181,7 @@ UPDATABLE_RUN_COLS = frozenset(
         "last_seq",
         "lease_expires_at",
         "held_out_passed",
+        "held_out_self_reported",
         "cancel_requested",
     }
 )

@@ -7,6 +7,7 @@ from ._live import NOTIFIED, notified_key_index
 from ._people_schema import PEOPLE_SQLITE
 
 __all__ = [
+    "ADD_HELD_OUT_SELF_REPORTED",
     "ADD_MAKER_STARTS",
     "APPROVALS_EXPIRING_SQL",
     "BACKFILL_CLAIMS",
@@ -17,6 +18,7 @@ __all__ = [
     "EFFECT_GENERATION",
     "EVENTS_NOTIFIED_SQL",
     "EXPIRING",
+    "HELD_OUT_SELF_REPORTED",
     "HOLD_UNSTARTED_FORKS",
     "MAKER_STARTS",
     "MEMORY_REFLECTIONS_SQL",
@@ -102,6 +104,15 @@ MAKER_STARTS = "ALTER TABLE runs ADD COLUMN {} maker_starts INTEGER NOT NULL DEF
 # unless there (SQLite has no ADD COLUMN IF NOT EXISTS; a store put back to an earlier version
 # by a test runs the step again).
 ADD_MAKER_STARTS = "-- loopwright: runs.maker_starts, unless the column is there"
+# How many of the tests behind a run's held-out verdict its candidate's own process decided
+# (SQLite's v21, PostgreSQL's v19): ``runs.held_out_self_reported``, written with
+# ``held_out_passed`` (0: every test judged outside the candidate; NULL: no held-out verdict,
+# or a run ended before the column). A held-out pass resting on a self-reported test is not an
+# independent pass: ``false_success_rate`` and ``verified_completion_rate`` leave it out, and
+# the runs lists say so (stop 55). ``{}``: PostgreSQL's IF NOT EXISTS.
+HELD_OUT_SELF_REPORTED = "ALTER TABLE runs ADD COLUMN {} held_out_self_reported INTEGER"
+# SQLite's step for it, run in Python as ADD_MAKER_STARTS is (the column added unless there).
+ADD_HELD_OUT_SELF_REPORTED = "-- loopwright: runs.held_out_self_reported, unless there"
 # The forks an earlier release made and nothing has started (no ``started`` or ``resumed``
 # event: read by events_run, a few rows a fork) are marked so: a worker after the upgrade
 # would start them before their maker's edit, as ``resume --all`` already leaves them.
@@ -506,4 +517,8 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         "DROP INDEX IF EXISTS runs_claimable",
         f"CREATE INDEX runs_claimable ON runs(updated_at, run_id) WHERE {CLAIMABLE_SQLITE}",
     ],
+    # v21: how many tests behind a held-out verdict were self-reported (``HELD_OUT_SELF_REPORTED``):
+    # the metrics and the runs lists read ``held_out_passed`` alone, and counted a pass the
+    # candidate's own process could have forged as an independent one.
+    [ADD_HELD_OUT_SELF_REPORTED],
 ]

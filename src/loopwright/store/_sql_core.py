@@ -213,6 +213,7 @@ class SQLCore(LiveSQL, PeopleSQL, Store):
             created_by=row[27],
             open_requests=None if row[28] is None else n(row[28]),
             maker_starts=bool(row[29]),
+            held_out_self_reported=None if row[30] is None else n(row[30]),
         )
 
     def _stored_object(self, raw: Any, run_id: str, seq: Any, column: str) -> dict[str, Any]:

@@ -15,17 +15,26 @@ from .._redact_logs import masked_logger
 from ._records import NewEvent
 from ._rows import event_row
 from ._schema import (
+    ADD_HELD_OUT_SELF_REPORTED,
     ADD_MAKER_STARTS,
     BACKFILL_CLAIMS,
     BACKFILL_FORK_REUSES,
     BACKFILL_GENERATIONS,
     BACKFILL_REUSES,
+    HELD_OUT_SELF_REPORTED,
     MAKER_STARTS,
 )
 from ._sql_core import SQLCore
 from ._sql_statements import JOURNAL_KEY, journal_key
 
 _log = masked_logger("loopwright.store")
+
+# SQLite's steps that add a column to ``runs`` unless it is there (no ADD COLUMN IF NOT EXISTS;
+# a store put back to an earlier version by a test runs the step again): the column, the SQL.
+_ADD_COLUMN = {
+    ADD_MAKER_STARTS: ("maker_starts", MAKER_STARTS),
+    ADD_HELD_OUT_SELF_REPORTED: ("held_out_self_reported", HELD_OUT_SELF_REPORTED),
+}
 
 
 class MigrationsSQL(SQLCore):
@@ -75,10 +84,11 @@ class MigrationsSQL(SQLCore):
                     self._backfill_reuses(conn)
                 elif statement == BACKFILL_FORK_REUSES:
                     self._backfill_fork_reuses(conn)
-                elif statement == ADD_MAKER_STARTS:  # (SQLite's: PRAGMA names the columns)
+                elif statement in _ADD_COLUMN:  # (SQLite's: PRAGMA names the columns)
+                    column, add = _ADD_COLUMN[statement]
                     cols = {r[1] for r in conn.execute("PRAGMA table_info(runs)").fetchall()}
-                    if "maker_starts" not in cols:
-                        conn.execute(MAKER_STARTS.format(""))
+                    if column not in cols:
+                        conn.execute(add.format(""))
                 else:
                     conn.execute(statement)
         conn.execute(self._q.set_schema_version, (str(latest),))

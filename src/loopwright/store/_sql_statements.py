@@ -22,7 +22,8 @@ RUN_COLS = (
     "run_id, task_key, loop_name, project, status, stop_reason, cycle, best_score, cost_usd, "
     f"tokens, seconds, spec_ref, loop_version, contract, {RUN_TASK}, packet, created_at, updated_at, "
     "ended_at, cancel_requested, lease_owner, lease_expires_at, fencing_token, last_seq, "
-    "held_out_passed, forked_from, forked_at, created_by, open_requests, maker_starts"
+    "held_out_passed, forked_from, forked_at, created_by, open_requests, maker_starts, "
+    "held_out_self_reported"
 )
 JOURNAL_COLS = "run_id, key, kind, cycle, status, data, attempts, created_at, updated_at"
 # The journal's key: every statement that finds one entry says ``JOURNAL_KEY`` and binds

@@ -5,7 +5,43 @@ runs candidate code, and decides each test's verdict itself from the values the 
 comparison. A test the judge cannot decide runs whole in the worker, marked ``self_reported``.
 """
 
+import ast
+import functools
+import importlib
+
 from ._worker import _COMMON
+
+STAR_MODULES = (
+    *("math", "cmath", "typing", "collections", "itertools", "functools", "operator"),
+    *("string", "re", "heapq", "bisect", "fractions", "decimal", "statistics", "random"),
+    *("copy", "dataclasses", "enum", "datetime", "json"),
+)
+"""The standard modules whose ``from M import *`` in a preamble the judge resolves (pure:
+importing one runs no code of the task's or the candidate's); any other star import of the
+preamble's leaves every test self-reported (its names are unknown to the judge)."""
+
+
+@functools.lru_cache(maxsize=32)
+def preamble_stars(preamble: str) -> dict[str, list[str]]:
+    """The names each ``from M import *`` of ``preamble`` binds, M one of ``STAR_MODULES``,
+    read in this interpreter (for a sandbox that runs it: another reads them itself)."""
+    try:
+        tree = ast.parse(preamble)
+    except (SyntaxError, ValueError):
+        return {}
+    out: dict[str, list[str]] = {}
+    for n in ast.walk(tree):
+        if not (isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)):
+            continue
+        if n.level or n.module not in STAR_MODULES:
+            continue
+        mod = importlib.import_module(n.module)
+        names = getattr(mod, "__all__", None)
+        if names is None:
+            names = [k for k in vars(mod) if not k.startswith("_")]
+        out[n.module] = sorted(str(k) for k in names)
+    return out
+
 
 # Passed with ``-c`` (no file to tamper with); it reads its job from stdin.
 _HARNESS = (
@@ -159,6 +195,19 @@ def literal(node):
         return True
     except Exception:
         return False
+# An argument of literals and arithmetic only (HumanEval's `candidate(3 * 19)`,
+# `candidate('abcde' + 'cade')`, `candidate([1, 0**0])`): still a value the test wrote, which
+# the worker computes with the built-in types' operators (not the candidate's to rebind).
+ARITH = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.USub, ast.UAdd)
+def folded(node):
+    for n in ast.walk(node):
+        if isinstance(n, (ast.BinOp, ast.UnaryOp)):
+            if not isinstance(n.op, ARITH):
+                return False
+        elif not isinstance(n, (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Load,
+                                ast.operator, ast.unaryop)):
+            return False
+    return True
 def is_call(node):
     if not isinstance(node, ast.Call):
         return False
@@ -172,7 +221,7 @@ def is_call(node):
         return False
     # Literal arguments only: a call given another call's value (`isclose(f(x), 0.3)`) may be
     # handed an expected value, which must not reach the worker.
-    return all(literal(a) for a in args)
+    return all(literal(a) or folded(a) for a in args)
 def root(node):
     f = node.func
     while isinstance(f, ast.Attribute):
@@ -257,9 +306,27 @@ def asserts_of(tree):
     if entry in consts or entry in SAFE or check[1] in consts:
         return None
     return [Rename(check[1], entry).visit(x) for x in check[2]], consts, entry
-def bound(src):
+# `from M import *` in the preamble binds names no parser sees (stop 55: the candidate could
+# rebind `sqrt` of `from math import *`, and the test `assert sqrt(2) == 0` was judged as its
+# call). For the standard modules of STAR_MODULES the names are known: read by the host where
+# it runs this interpreter (job["stars"]), else the judge imports M itself (pure modules:
+# nothing of the candidate's runs, the worker has not started). Any other M: "*", names
+# unknown here, and no test's call is judged the candidate's.
+def star_names(node):
+    if node.level or node.module not in job["star_modules"]:
+        return {"*"}
+    if node.module in job["stars"]:
+        return set(job["stars"][node.module])
+    try:
+        mod = __import__(node.module)
+    except Exception:
+        return {"*"}
+    names = getattr(mod, "__all__", None)
+    return set(names) if names is not None else {n for n in vars(mod) if not n.startswith("_")}
+def bound(src, stars=False):
     # The names a program binds where it can be read (None: it does not parse). Only what is
-    # written: a name bound otherwise (globals(), builtins) is caught by one_function.
+    # written: a name bound otherwise (globals(), builtins) is caught by one_function. With
+    # `stars`, a star import's names too ("*": names the judge cannot know).
     try:
         tree = ast.parse(src)
     except Exception:
@@ -272,6 +339,8 @@ def bound(src):
             names.add(n.id)
         elif isinstance(n, ast.alias) and n.name != "*":
             names.add((n.asname or n.name).split(".")[0])
+        elif isinstance(n, ast.ImportFrom) and stars and any(a.name == "*" for a in n.names):
+            names |= star_names(n)
     return names
 def one_function(roots, entry):
     # Whose calls the worker may evaluate as the candidate's: the one function under test (a
@@ -280,8 +349,8 @@ def one_function(roots, entry):
     # candidate could rebind to choose the expected value: such a test is not judged.
     if not roots:
         return True
-    if len(roots) != 1 or (entry is not None and roots != {entry}):
-        return False
+    if len(roots) != 1 or (entry is not None and roots != {entry}) or "*" in PRE:
+        return False  # ("*": a star import of the preamble's may have bound it)
     (name,) = roots
     return name not in PRE and (OWN is None or name in OWN)
 def plan(i, test):
@@ -328,7 +397,7 @@ def rebuild(x, depth=0):
         if tag == "d" and all(type(p) is list and len(p) == 2 for p in items):
             return {rebuild(k, depth + 1): rebuild(v, depth + 1) for k, v in items}
     raise ValueError("not a plain value")
-PRE = bound(job["preamble"]) or set()
+PRE = bound(job["preamble"], stars=True) or set()
 # (a candidate that does not parse runs nothing: its compile error is each test's verdict)
 OWN = bound(job["code"])
 plans = [plan(i, t) for i, t in enumerate(job["tests"])]

@@ -95,7 +95,7 @@ from ._boundary import (
     package_paths,
     sandbox_boundary,
 )
-from ._harness import _HARNESS
+from ._harness import _HARNESS, STAR_MODULES, preamble_stars
 from ._results import Limits, SandboxResult, SandboxStatus, TestResult, checked_run
 from ._worker import _WORKER
 
@@ -226,6 +226,13 @@ def run_tests(
         "worker": _WORKER,
         "judged_only": judged_only,
         "preamble": preamble,
+        "star_modules": list(STAR_MODULES),
+        # (read here when the sandbox runs this interpreter: the judge need not import them)
+        "stars": (
+            preamble_stars(preamble)
+            if isinstance(preamble, str) and python == sys.executable
+            else {}
+        ),
         "test_timeout_s": test_timeout_s,
         "test_wall_s": test_wall_s,
         "preload": [name for name, _ in packages if name.isidentifier()],

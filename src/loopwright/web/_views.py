@@ -392,6 +392,9 @@ def run_summary(rec: RunRecord) -> dict[str, Any]:
         "ended_at": rec.ended_at,
         "cancel_requested": rec.cancel_requested,
         "held_out_passed": rec.held_out_passed,
+        # how many tests behind that verdict the candidate's own process decided (0: none;
+        # None: unknown): a pass with any is not an independent one (false_success_rate)
+        "held_out_self_reported": rec.held_out_self_reported,
         "forked_from": rec.forked_from,
         "forked_at": rec.forked_at,
         # (a fork no worker takes until its maker starts it, as the run's own API says: a
