@@ -362,7 +362,7 @@ def _this_python(script: str) -> bool:
 def run_cli(
     args: Sequence[str],
     env: dict[str, str],
-    timeout: float,
+    timeout: float | None,
     cwd: str | Path | None = None,
     input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
