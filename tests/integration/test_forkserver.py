@@ -215,3 +215,18 @@ def test_a_forked_loopwright_prints_and_exits_as_the_console_script_does(tmp_pat
     assert served.serves(env)
     for setting in ("FORCE_COLOR", "TERMINAL_WIDTH", "LC_ALL", "PYTHONIOENCODING"):
         assert not served.serves({**env, setting: "1"}), setting  # a real subprocess then
+
+
+def test_the_cli_server_preloads_every_command_module_in_full_apps_order() -> None:
+    """A command module registers its commands on ``app`` when imported, and ``--help`` lists
+    them in that order: the server imports them all, in the order ``full_app`` does, so a new
+    one left out of ``CLI_PRELOAD`` would be listed elsewhere by a forked ``--help``."""
+    from forkserver import CLI_PRELOAD
+
+    from loopwright.cli._app import _ELSEWHERE
+
+    commands = set(_ELSEWHERE.values())
+    preloaded = [
+        m for m in (n.removeprefix("loopwright.cli.") for n in CLI_PRELOAD) if m in commands
+    ]
+    assert preloaded == sorted(set(_ELSEWHERE.values()))
