@@ -329,7 +329,13 @@ def run_child(
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)`` for
     ``python SCRIPT ARGS``, through ``child_process``."""
-    proc = child_process(args, env, cwd)
+    code, out, err = _ended(child_process(args, env, cwd), timeout)
+    return subprocess.CompletedProcess(list(map(str, args)), code, out, err)
+
+
+def _ended(proc: Forked | subprocess.Popen[str], timeout: float | None) -> tuple[int, str, str]:
+    """Its exit code and both pipes read to their end; killed and reaped on a timeout (as
+    ``subprocess.run`` does), the ``TimeoutExpired`` raised."""
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -337,7 +343,7 @@ def run_child(
         proc.communicate()
         raise
     assert proc.returncode is not None
-    return subprocess.CompletedProcess(list(map(str, args)), proc.returncode, out, err)
+    return proc.returncode, out, err
 
 
 _CLI_SERVER: list[ForkServer] = []
@@ -402,14 +408,8 @@ def run_cli(
     finally:
         if piped:
             os.close(stdin)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        raise
-    assert proc.returncode is not None
-    return subprocess.CompletedProcess(argv, proc.returncode, _lines(out), _lines(err))
+    code, out, err = _ended(proc, timeout)
+    return subprocess.CompletedProcess(argv, code, _lines(out), _lines(err))
 
 
 def _lines(text: str) -> str:
