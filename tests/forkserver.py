@@ -17,6 +17,18 @@ starts no thread, so a fork copies no lock or socket in use.
 environment differs from the server's in a ``PYTHON*`` setting read at start-up (other than
 ``PYTHONUNBUFFERED``, honoured per child) gets a real subprocess instead: ``child_process``
 picks. Run as a script, this file is the server.
+
+``run_cli`` is the same for the e2e tests' ``loopwright ARGS`` subprocesses (about 400 in
+tests/e2e, each ≈ 0.2-0.35 s of CPU importing Typer, Rich and the command's modules): a second
+server (``CLI_PRELOAD``: those modules imported once) forks a child that runs the installed
+console script itself (``.venv/bin/loopwright``, as ``python SCRIPT ARGS``: its ``sys.argv[0]``,
+its folder first on ``sys.path``), with the request's environment, folder, stdin (inherited, or a
+pipe holding ``input``) and piped stdout/stderr, and its exit code. The modules it preloads read
+nothing of the environment at import but the settings in ``CLI_STARTUP_VARS``; a request that
+differs from the server in one of them, a console script for another interpreter, or
+``LOOPWRIGHT_TEST_CLI_SUBPROCESS=1`` gets the real subprocess. What only a fresh interpreter
+shows (what a command imports, Python's own start-up, signals sent to the CLI) is tested with
+real subprocesses.
 """
 
 from __future__ import annotations
@@ -78,6 +90,81 @@ _STARTUP_VARS = (
     "PYTHONSAFEPATH",
     "PYTHONOPTIMIZE",
     "PYTHONNOUSERSITE",
+)
+
+# What the CLI's server imports before it forks a ``loopwright`` child: the modules the commands
+# import (Typer, Rich, the engine, the stores, the people and trace modules) and every command
+# module, in ``full_app``'s order (a command module registers its commands on ``app`` when
+# imported; ``app_for`` picks the command by name, ``full_app`` imports them all in this order).
+# Not the dashboard's (FastAPI, uvicorn) nor Ray: a command that needs them imports them itself.
+CLI_PRELOAD = (
+    *PRELOAD,
+    "importlib.metadata",
+    "multiprocessing",
+    "tomllib",
+    "typer",
+    "typer.main",
+    "typer.completion",
+    "rich.console",
+    "rich.live",
+    "rich.markup",
+    "rich.table",
+    "loopwright.cli",
+    "loopwright.cli._app",
+    "loopwright.cli._check",
+    "loopwright.cli._interrupt",
+    "loopwright.cli._live",
+    "loopwright.cli._plain_params",
+    "loopwright.cli._render",
+    "loopwright.cli._stores",
+    "loopwright.cli._table",
+    "loopwright.cli._tasks",
+    *(  # full_app's order: sorted(set(_ELSEWHERE.values()))
+        f"loopwright.cli.{m}"
+        for m in (
+            "_decide_cmd",
+            "_diff_cmd",
+            "_fit_cmd",
+            "_fork_cmd",
+            "_memory_cmd",
+            "_metrics_cmd",
+            "_observe",
+            "_people_cmd",
+            "_replay_cmd",
+            "_ui_cmd",
+            "_worker_cmd",
+        )
+    ),
+    "loopwright._audit",
+    "loopwright._authority",
+    "loopwright._fork",
+    "loopwright._people",
+    "loopwright._settle",
+    "loopwright.importers.ldb",
+    "loopwright.replay",
+    "loopwright.store._people",
+    "loopwright.store.postgres",
+    "loopwright.trace",
+    "loopwright.verifiers.sandbox",
+    "psycopg",
+)
+
+# Settings the CLI's preloaded modules read at import (Typer's terminal and colour settings,
+# psycopg's implementation), and those of the standard streams' encoding and the time zone.
+CLI_STARTUP_VARS = (
+    *_STARTUP_VARS,
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TYPER_USE_RICH",
+    "TERMINAL_WIDTH",
+    "_TYPER_FORCE_DISABLE_TERMINAL",
+    "GITHUB_ACTIONS",
+    "FORCE_COLOR",
+    "PY_COLORS",
+    "PSYCOPG_IMPL",
+    "PSYCOPG_WAIT_FUNC",
 )
 
 
@@ -153,7 +240,10 @@ class Forked:
 class ForkServer:
     """One server process (started on first use); ``popen`` asks it for a child."""
 
-    def __init__(self, preload: Sequence[str] = PRELOAD) -> None:
+    def __init__(
+        self, preload: Sequence[str] = PRELOAD, startup_vars: Sequence[str] = _STARTUP_VARS
+    ) -> None:
+        self._startup_vars = tuple(startup_vars)
         self._folder = tempfile.mkdtemp(prefix="lwfork-")
         self._path = os.path.join(self._folder, "s")
         self._env = dict(os.environ)
@@ -175,13 +265,17 @@ class ForkServer:
 
     def serves(self, env: dict[str, str]) -> bool:
         """Whether a child with ``env`` starts as a fresh interpreter would from the server."""
-        return all(env.get(k) == self._env.get(k) for k in _STARTUP_VARS)
+        return all(env.get(k) == self._env.get(k) for k in self._startup_vars)
 
     def popen(
-        self, args: Sequence[str], env: dict[str, str], cwd: str | Path | None = None
+        self,
+        args: Sequence[str],
+        env: dict[str, str],
+        cwd: str | Path | None = None,
+        stdin: int = 0,
     ) -> Forked:
         """``python SCRIPT ARGS...`` (``args`` as for ``Popen``, ``args[0]`` the interpreter),
-        stdin inherited, stdout and stderr piped."""
+        stdin inherited (or the file descriptor ``stdin``), stdout and stderr piped."""
         script, *rest = [str(a) for a in args[1:]]
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -189,7 +283,7 @@ class ForkServer:
         try:
             conn.connect(self._path)
             req = {"argv": [script, *rest], "env": env, "cwd": str(cwd or os.getcwd())}
-            socket.send_fds(conn, [json.dumps(req).encode()], [0, out_w, err_w])
+            socket.send_fds(conn, [json.dumps(req).encode()], [stdin, out_w, err_w])
         finally:
             os.close(out_w)
             os.close(err_w)
@@ -235,7 +329,13 @@ def run_child(
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)`` for
     ``python SCRIPT ARGS``, through ``child_process``."""
-    proc = child_process(args, env, cwd)
+    code, out, err = _ended(child_process(args, env, cwd), timeout)
+    return subprocess.CompletedProcess(list(map(str, args)), code, out, err)
+
+
+def _ended(proc: Forked | subprocess.Popen[str], timeout: float | None) -> tuple[int, str, str]:
+    """Its exit code and both pipes read to their end; killed and reaped on a timeout (as
+    ``subprocess.run`` does), the ``TimeoutExpired`` raised."""
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -243,7 +343,78 @@ def run_child(
         proc.communicate()
         raise
     assert proc.returncode is not None
-    return subprocess.CompletedProcess(list(map(str, args)), proc.returncode, out, err)
+    return proc.returncode, out, err
+
+
+_CLI_SERVER: list[ForkServer] = []
+_CONSOLE_SCRIPT: dict[str, bool] = {}  # a console script's path: whether it runs in this Python
+# The most ``input`` a request writes into its stdin pipe before the child starts (a pipe holds
+# 64 KiB on Linux, so the write never waits for a reader); more goes to a real subprocess.
+_INPUT_MAX = 32768
+
+
+def _this_python(script: str) -> bool:
+    """Whether ``script`` is a console script this interpreter runs (its ``#!`` line names it)."""
+    if script not in _CONSOLE_SCRIPT:
+        try:
+            with open(script, "rb") as f:
+                first = f.readline().decode().strip()
+        except (OSError, UnicodeDecodeError):
+            first = ""
+        _CONSOLE_SCRIPT[script] = first == f"#!{sys.executable}"
+    return _CONSOLE_SCRIPT[script]
+
+
+def run_cli(
+    args: Sequence[str],
+    env: dict[str, str],
+    timeout: float | None,
+    cwd: str | Path | None = None,
+    input: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(args, env=env, cwd=cwd, input=input, capture_output=True, text=True,
+    timeout=timeout, check=False)`` for a console script (``args[0]``, the installed
+    ``loopwright``): forked by this process's CLI server (``CLI_PRELOAD`` imported once, started
+    on first use) where the request allows, else that real subprocess."""
+    argv = [str(a) for a in args]
+    fresh = (
+        os.environ.get("LOOPWRIGHT_TEST_CLI_SUBPROCESS") == "1"
+        or not _this_python(argv[0])
+        or (input is not None and len(input.encode()) > _INPUT_MAX)
+    )
+    if not fresh and not _CLI_SERVER:
+        _CLI_SERVER.append(ForkServer(CLI_PRELOAD, CLI_STARTUP_VARS))
+    if fresh or not _CLI_SERVER[0].serves(env):
+        return subprocess.run(
+            argv,
+            check=False,
+            cwd=cwd,
+            env=env,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    piped = input is not None
+    stdin = 0
+    if input is not None:  # a pipe holding the text, its end closed: as ``input=`` gives it
+        stdin, feed = os.pipe()
+        try:
+            os.write(feed, input.encode())
+        finally:
+            os.close(feed)
+    try:
+        proc = _CLI_SERVER[0].popen([sys.executable, *argv], env, cwd, stdin=stdin)
+    finally:
+        if piped:
+            os.close(stdin)
+    code, out, err = _ended(proc, timeout)
+    return subprocess.CompletedProcess(argv, code, _lines(out), _lines(err))
+
+
+def _lines(text: str) -> str:
+    """Newlines as ``text=True`` reads them from a pipe (universal newlines)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 # --- the server --------------------------------------------------------------------------------
@@ -301,36 +472,50 @@ def _serve(path: str) -> dict[str, Any]:
 
 
 def _stdio(env: dict[str, str]) -> None:
-    """New ``sys.std*`` on fds 0-2, buffered as a fresh interpreter with ``env`` has them."""
+    """New ``sys.std*`` on fds 0-2, buffered and named as a fresh interpreter with ``env`` has
+    them."""
     enc = sys.stdout.encoding
     unbuffered = bool(env.get("PYTHONUNBUFFERED"))
 
+    def raw(fd: int, mode: str) -> io.FileIO:
+        f = io.FileIO(fd, mode, closefd=False)
+        f.name = f"<{('stdin', 'stdout', 'stderr')[fd]}>"  # type: ignore[misc]
+        return f
+
     def writer(fd: int, errors: str, line: bool) -> io.TextIOWrapper:
         if unbuffered:
-            raw = io.FileIO(fd, "w", closefd=False)
-            return io.TextIOWrapper(raw, encoding=enc, errors=errors, write_through=True)  # type: ignore[arg-type]
-        return io.TextIOWrapper(
-            io.BufferedWriter(io.FileIO(fd, "w", closefd=False)),
-            encoding=enc,
-            errors=errors,
-            line_buffering=line,
-        )
+            stream = io.TextIOWrapper(raw(fd, "w"), encoding=enc, errors=errors, write_through=True)  # type: ignore[arg-type]
+        else:
+            stream = io.TextIOWrapper(
+                io.BufferedWriter(raw(fd, "w")), encoding=enc, errors=errors, line_buffering=line
+            )
+        stream.mode = "w"  # type: ignore[misc]
+        return stream
 
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(
-        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding=enc, errors="strict"
+        io.BufferedReader(raw(0, "r")), encoding=enc, errors="strict"
     )
+    sys.stdin.mode = "r"  # type: ignore[misc]
     sys.stdout = sys.__stdout__ = writer(1, "strict", False)
     sys.stderr = sys.__stderr__ = writer(2, "backslashreplace", True)
 
 
 def _main() -> None:
+    import gc
     import importlib
     import random
     import runpy
 
     path, *preload = sys.argv[1:]
     for name in preload:
-        importlib.import_module(name)
+        with contextlib.suppress(ImportError):  # (an extra not installed: the child fails alike)
+            importlib.import_module(name)
+    # What the imports made is kept out of the children's garbage collections: a collection in
+    # a child (at the latest, the one at its exit) went through every object of every preloaded
+    # module, writing to each one's header, so each page of them was copied (a forked `runs`
+    # spent about 0.1 s of its 0.13 s there). Nothing of it is garbage: the collection first.
+    gc.collect()
+    gc.freeze()
     req = _serve(path)
     for mod in list(sys.modules.values()):  # a module's own Random (retry jitter): as unseen
         for value in list(getattr(mod, "__dict__", {}).values()):

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from forkserver import run_cli
 
 LOOP_MODULE = """
 import loopwright as lw
@@ -63,17 +64,12 @@ def project(tmp_path: Path) -> Path:
 
 
 def cli(*args: str, cwd: Path, store: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``loopwright ARGS`` (the installed console script) in its own process, its output
+    captured: forked from a process that imported the CLI once (tests/forkserver.py,
+    ``run_cli``), or a real subprocess where the environment asks for one."""
     env = dict(os.environ)
     env.pop("LOOPWRIGHT_DEBUG", None)
     if store is not None:
         env["LOOPWRIGHT_STORE"] = str(store)
     exe = Path(sys.executable).with_name("loopwright")
-    return subprocess.run(
-        [str(exe), *args],
-        check=False,
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_cli([str(exe), *args], env, timeout=120, cwd=cwd)

@@ -1,7 +1,8 @@
 """Every mistake gets one line on stderr and exit 2, never a traceback, and leaves the store as
 it was (issue 16 item 7): each case below was an "internal error" (exit 1), a silent exit 0,
-uvicorn's traceback (exit 3), or a value taken as something else. Real subprocesses, as a user
-(or the tester's attack scripts) drives the CLI.
+uvicorn's traceback (exit 3), or a value taken as something else. The CLI in its own process, as
+a user (or the tester's attack scripts) drives it: forked from one that imported it once
+(tests/forkserver.py), its exit code and both streams as the console script's subprocess gives.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from forkserver import run_cli
 
 import loopwright
 
@@ -30,7 +32,8 @@ def lw(
     env: dict[str, str] | None = None,
     stdin: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """The CLI as a subprocess; ``stdin``: text on its standard input, a pipe."""
+    """The CLI in its own process (``run_cli``: forked from a process that imported it once,
+    or a real subprocess); ``stdin``: text on its standard input, a pipe."""
     full = {k: v for k, v in os.environ.items() if k != "LOOPWRIGHT_DEBUG"}
     full.pop("LOOPWRIGHT_UI_TOKEN", None)
     if store is not None:
@@ -38,16 +41,7 @@ def lw(
     full.update(env or {})
     exe = Path(sys.executable).with_name("loopwright")
     # A short limit: a case that is not refused (a dashboard that starts serving) fails here.
-    return subprocess.run(
-        [str(exe), *args],
-        check=False,
-        cwd=cwd,
-        env=full,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_cli([str(exe), *args], full, timeout=60, cwd=cwd, input=stdin)
 
 
 def refused(r: subprocess.CompletedProcess[str], *words: str) -> str:

@@ -1,5 +1,5 @@
-"""``loopwright trace`` and ``loopwright export`` as a user drives them: real subprocesses, a
-real SQLite file, and a collector on loopback for ``--send``."""
+"""``loopwright trace`` and ``loopwright export`` as a user drives them: the CLI in its own
+process, a real SQLite file, and a collector on loopback for ``--send``."""
 
 from __future__ import annotations
 
@@ -14,24 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-# The CLI's entry point with the trace and export commands registered (importing the module
-# registers them, whether or not the application already imports it).
-SHIM = "import sys, loopwright.cli._observe; from loopwright.cli import main; sys.exit(main())"
+from forkserver import run_cli
 
 
 def lw(*args: str, cwd: Path, store: Path) -> subprocess.CompletedProcess[str]:
+    """The installed ``loopwright`` in its own process (``run_cli``: forked from a process that
+    imported the CLI once, or a real subprocess)."""
     env = {k: v for k, v in os.environ.items() if k != "LOOPWRIGHT_DEBUG"}
     env["LOOPWRIGHT_STORE"] = str(store)
-    return subprocess.run(
-        [sys.executable, "-c", SHIM, *args],
-        check=False,
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    exe = Path(sys.executable).with_name("loopwright")
+    return run_cli([str(exe), *args], env, timeout=120, cwd=cwd)
 
 
 def _task(path: Path, pay: int = 10, **extra: object) -> Path:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
+from forkserver import run_cli
 from test_approval_card_done_already import _loop
 from test_approval_card_reuse_gone import TASK, _b_told_reuse_then_refunded, _pending
 
@@ -28,9 +28,7 @@ def _cli(url: str, *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if k != "LOOPWRIGHT_DEBUG"}
     env["LOOPWRIGHT_STORE"] = url
     exe = Path(sys.executable).with_name("loopwright")
-    r = subprocess.run(
-        [str(exe), *args], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+    r = run_cli([str(exe), *args], env, timeout=120)  # (tests/forkserver.py)
     assert r.returncode == 0, r.stderr
     return r.stdout
 

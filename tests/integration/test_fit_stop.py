@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from forkserver import run_cli
 
 from loopwright.replay import RunTrace, load_contract, load_source, replay, write_traces
 from loopwright.replay._fit import fit_stop, split_folds
@@ -23,15 +24,7 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env.pop("LOOPWRIGHT_DEBUG", None)
     exe = Path(sys.executable).with_name("loopwright")
-    return subprocess.run(
-        [str(exe), *args],
-        check=False,
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_cli([str(exe), *args], env, timeout=120, cwd=cwd)  # (tests/forkserver.py)
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ one that held the store), the request's argv, environment, folder and pipes, its
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -128,3 +129,104 @@ def test_a_child_with_other_start_up_settings_is_a_real_subprocess(script: Path)
     for proc in (forked, other):
         proc.communicate(timeout=120)
         assert proc.returncode == 0
+
+
+# --- the CLI's server: ``run_cli`` ----------------------------------------------------------
+LOOPMOD = """
+import loopwright as lw
+
+def actor(ctx):
+    return lw.Proposal.edit("doc", {"a": 1, "pay": 0}, usage=lw.Usage(cost_usd=0.05, tokens=9))
+
+def check(state, proposal):
+    return lw.Verdict(passed=state.artifacts["doc"].values()["a"] == 1)
+"""
+SPEC = """
+name = "fs"
+project = "tests"
+[actor]
+ref = "loopmod.py:actor"
+[[verifiers]]
+ref = "loopmod.py:check"
+[contract.budget]
+max_cycles = 3
+[[contract.risk]]
+name = "payment_change"
+touches = ["doc/pay"]
+[contract.escalation]
+owner = "qa"
+"""
+
+
+def _ago(text: str) -> str:
+    """The listing's ages ("17s ago") read at the second each command ran, as one."""
+    return re.sub(r"\b\d+[smhd] ago\b", "N ago", text)
+
+
+def test_a_forked_loopwright_prints_and_exits_as_the_console_script_does(tmp_path: Path) -> None:
+    """The same command lines, given to the installed ``loopwright`` as a real subprocess and
+    through ``run_cli``'s server, give the same exit code, stdout and stderr: help (every command
+    module imported), usage errors, refusals, a parked run's listings read from one store, a
+    spec read from a stdin pipe and the entry point's own ``sys.argv[0]`` (``--version`` and
+    the demo's next steps name it)."""
+    (tmp_path / "loopmod.py").write_text(LOOPMOD)
+    (tmp_path / "loop.toml").write_text(SPEC)
+    (tmp_path / "t.json").write_text('{"id": "t", "artifacts": {"doc": {"a": 0, "pay": 10}}}')
+    exe = str(Path(sys.executable).with_name("loopwright"))
+    env = {k: v for k, v in os.environ.items() if k != "LOOPWRIGHT_DEBUG"}
+    env.update(LOOPWRIGHT_STORE=str(tmp_path / "s.db"), COLUMNS="100")
+    parked = subprocess.run(
+        [exe, "run", "loop.toml", "--task", "t.json"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert parked.returncode == 4, parked.stderr
+    lines: list[tuple[list[str], str | None]] = [
+        (["--version"], None),
+        (["--help"], None),
+        (["run", "--help"], None),
+        (["users", "--help"], None),
+        (["nope"], None),
+        (["runs", "--bogus"], None),
+        (["runs"], None),
+        (["runs", "--json"], None),
+        (["show", "fs:t", "--json"], None),
+        (["show", "fs:t"], None),
+        (["approvals"], None),
+        (["metrics"], None),
+        (["trace", "fs:t"], None),
+        (["check", "loop.toml"], None),
+        (["check", "/dev/stdin"], SPEC),
+        (["show", "no-such-run"], None),
+        (["approve", "fs:t", "--by", ""], None),
+        (["runs"], "piped text nobody reads"),
+    ]
+    import forkserver
+
+    for args, stdin in lines:
+        fresh = subprocess.run(
+            [exe, *args], cwd=tmp_path, env=env, input=stdin, capture_output=True, text=True,
+            timeout=120, check=False,
+        )  # fmt: skip
+        forked = forkserver.run_cli([exe, *args], env, timeout=120, cwd=tmp_path, input=stdin)
+        got = (forked.returncode, _ago(forked.stdout), forked.stderr)
+        assert got == (fresh.returncode, _ago(fresh.stdout), fresh.stderr), args
+    assert forkserver._CLI_SERVER, "the commands were forked"
+    served = forkserver._CLI_SERVER[0]
+    assert served.serves(env)
+    for setting in ("FORCE_COLOR", "TERMINAL_WIDTH", "LC_ALL", "PYTHONIOENCODING"):
+        assert not served.serves({**env, setting: "1"}), setting  # a real subprocess then
+
+
+def test_the_cli_server_preloads_every_command_module_in_full_apps_order() -> None:
+    """A command module registers its commands on ``app`` when imported, and ``--help`` lists
+    them in that order: the server imports them all, in the order ``full_app`` does, so a new
+    one left out of ``CLI_PRELOAD`` would be listed elsewhere by a forked ``--help``."""
+    from forkserver import CLI_PRELOAD
+
+    from loopwright.cli._app import _ELSEWHERE
+
+    commands = set(_ELSEWHERE.values())
+    preloaded = [
+        m for m in (n.removeprefix("loopwright.cli.") for n in CLI_PRELOAD) if m in commands
+    ]
+    assert preloaded == sorted(set(_ELSEWHERE.values()))

@@ -5,6 +5,7 @@ beyond a database integer, and the demo's next steps naming its store."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from forkserver import run_cli
 from support.modules import load_sibling
 
 import loopwright as lw
@@ -36,7 +38,7 @@ def _client(store: str) -> tuple[TestClient, str]:
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     exe = str(Path(sys.executable).with_name("loopwright"))
-    return subprocess.run([exe, *args], check=False, cwd=cwd, capture_output=True, text=True)
+    return run_cli([exe, *args], dict(os.environ), timeout=None, cwd=cwd)  # (tests/forkserver.py)
 
 
 def test_values_no_part_can_hold_are_refused_everywhere(parked: tuple[str, str]) -> None:
