@@ -40,6 +40,7 @@ def hint_flag(url: str | None) -> str:
     the default resolves to). A URL with a secret in it (a PostgreSQL password): ``FROM_ENV``."""
     from .._redact import redact_text
     from ..store import resolve_store_url
+    from ._table import printable
 
     if not url:
         return ""
@@ -49,7 +50,9 @@ def hint_flag(url: str | None) -> str:
         bare = ""
     if bare and _same_store(url, bare):
         return ""
-    if redact_text(url) != url:
+    # (a URL a terminal would act on, `\x1b[2J` in a path, is not printed raw either: the
+    # error line shows it written out, and a command printed so would not run as typed)
+    if redact_text(url) != url or printable(url) != url:
         return FROM_ENV
     return f" --store {shlex.quote(url)}"
 
