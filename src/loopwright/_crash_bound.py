@@ -36,6 +36,13 @@ _PAGE = 16  # (a crashed execution leaves one event; a page or two reach the cou
 
 
 def crashes_at(store: Store, run_id: str, cycle: int, token: int | None = None) -> int:
+    """How many executions of a run died at the cycle after ``cycle`` (``crashes_and_alive``)."""
+    return crashes_and_alive(store, run_id, cycle, token)[0]
+
+
+def crashes_and_alive(
+    store: Store, run_id: str, cycle: int, token: int | None = None
+) -> tuple[int, frozenset[int]]:
     """How many executions of a ``running`` run died while driving the cycle after ``cycle``
     (its last concluded one) since that cycle concluded: read from the end of its event log at
     resume (each execution commits its ``started``/``resumed`` event, naming its lease, with
@@ -48,7 +55,10 @@ def crashes_at(store: Store, run_id: str, cycle: int, token: int | None = None) 
     lease said so. (A decision of an older log names none: a word after it, or one by the lease
     before its successor's, a takeover taking the lease before plus one.) An event written
     beside the executions (a person's decision, a worker's or the dashboard's note, a person's
-    operation taking the lease between two executions) is passed over."""
+    operation taking the lease between two executions) is passed over.
+
+    Also the leases read that said they stopped alive: an effect's call cut by one of them is
+    no uncharged kill (``_effect_run``), as its execution is no crash here."""
     before: int | None = None
     met: list[int | None] = []  # the leases of the executions met (their start events)
     alive: set[int] = set()
@@ -91,7 +101,8 @@ def crashes_at(store: Store, run_id: str, cycle: int, token: int | None = None) 
                 continue
         # (judged once all is read: a word said as a commit of a group was still on its way
         # may lie before its execution's start)
-        return concluder + sum(1 for lease in met if lease is None or lease not in alive)
+        crashed = sum(1 for lease in met if lease is None or lease not in alive)
+        return concluder + crashed, frozenset(alive)
 
 
 def _lease(e: Event) -> int | None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _decide as rules
 from ._contract import TERMINAL_STATUSES
-from ._crash_bound import crash_bound, crash_cause, crashes_at
+from ._crash_bound import crash_bound, crash_cause, crashes_and_alive
 from ._edit_check import owed_after, owes_check
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
@@ -193,7 +193,7 @@ class Driving(RuntimeHost):
         A cycle stopped in its effects keeps what its journal holds of them: each one done is
         kept, and charged (its cost was never committed), and the packet names them and those
         whose outcome is unknown; none is called, nor its reconcile hook (what may kill)."""
-        crashes = crashes_at(self.store, ex.run_id, ex.state.cycle, ex.token)
+        crashes, ex.alive = crashes_and_alive(self.store, ex.run_id, ex.state.cycle, ex.token)
         bound = crash_bound(ex.contract)
         if crashes <= bound:
             return False
