@@ -8,9 +8,11 @@ uncharged kills are bounded by it too)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from ._contract import Contract
 from ._contract_rules import DEFAULT_MAX_CRASHES
+from ._usage import Usage
 from .store import Event, Store
 
 # Events after which the run was left for a person or ended, each written under the run's lease
@@ -37,12 +39,21 @@ _PAGE = 16  # (a crashed execution leaves one event; a page or two reach the cou
 
 def crashes_at(store: Store, run_id: str, cycle: int, token: int | None = None) -> int:
     """How many executions of a run died at the cycle after ``cycle`` (``crashes_and_alive``)."""
-    return crashes_and_alive(store, run_id, cycle, token)[0]
+    return crashes_and_alive(store, run_id, cycle, token).crashes
+
+
+class ReadBack(NamedTuple):
+    """What ``crashes_and_alive`` read back."""
+
+    crashes: int
+    alive: frozenset[int]  # the leases that said they stopped alive
+    fenced: Usage  # what fenced-out executions' words after the event ``upto`` say they spent
+    upto: int  # the id of the last such word (the one asked with when none)
 
 
 def crashes_and_alive(
-    store: Store, run_id: str, cycle: int, token: int | None = None
-) -> tuple[int, frozenset[int]]:
+    store: Store, run_id: str, cycle: int, token: int | None = None, upto: int = 0
+) -> ReadBack:
     """How many executions of a ``running`` run died while driving the cycle after ``cycle``
     (its last concluded one) since that cycle concluded: read from the end of its event log at
     resume (each execution commits its ``started``/``resumed`` event, naming its lease, with
@@ -58,13 +69,17 @@ def crashes_and_alive(
     operation taking the lease between two executions) is passed over.
 
     Also the leases read that said they stopped alive: an effect's call cut by one of them is
-    no uncharged kill (``_effect_run``), as its execution is no crash here."""
+    no uncharged kill (``_effect_run``), as its execution is no crash here. And what the words
+    of executions taken over (``lease lost``) after the event ``upto`` say they spent and
+    never committed (fenced out): charged by the resume (invariant 7; crash55b). They lie
+    where this reads: said late, after the start of the execution that took the run over."""
     before: int | None = None
     met: list[int | None] = []  # the leases of the executions met (their start events)
     alive: set[int] = set()
     after = token  # the lease of the execution after the one met next
     said = False  # a word written under its lease met since the last start (its execution's)
     concluder = 0  # 1: the execution that concluded ``cycle`` died after it
+    fenced, last = Usage(), upto
     while True:
         page = store.events_tail(run_id, before_id=before, limit=_PAGE)
         for e in page:
@@ -80,7 +95,10 @@ def crashes_and_alive(
                 if lease is None:
                     break
                 alive.add(lease)
-                said = said or e.data.get("why") != LEASE_LOST
+                lost = e.data.get("why") == LEASE_LOST
+                said = said or not lost
+                if lost and e.id > upto and isinstance(spent := e.data.get("spent"), dict):
+                    fenced, last = fenced + Usage.from_dict(spent), max(last, e.id)
             elif kind in _HANDED_OVER:
                 break
             elif kind == "decision" and e.cycle <= cycle:
@@ -102,7 +120,7 @@ def crashes_and_alive(
         # (judged once all is read: a word said as a commit of a group was still on its way
         # may lie before its execution's start)
         crashed = sum(1 for lease in met if lease is None or lease not in alive)
-        return concluder + crashed, frozenset(alive)
+        return ReadBack(concluder + crashed, frozenset(alive), fenced, last)
 
 
 def _lease(e: Event) -> int | None:

@@ -193,7 +193,14 @@ class Driving(RuntimeHost):
         A cycle stopped in its effects keeps what its journal holds of them: each one done is
         kept, and charged (its cost was never committed), and the packet names them and those
         whose outcome is unknown; none is called, nor its reconcile hook (what may kill)."""
-        crashes, ex.alive = crashes_and_alive(self.store, ex.run_id, ex.state.cycle, ex.token)
+        s = ex.state
+        read = crashes_and_alive(self.store, ex.run_id, s.cycle, ex.token, s.fenced_upto)
+        crashes, ex.alive = read.crashes, read.alive
+        if read.upto > s.fenced_upto:
+            # the spend of executions fenced out since (their commits refused), charged now:
+            # the budgets see it before the cycle is driven again (crash55b)
+            s.spent, s.fenced_upto = s.spent + read.fenced, read.upto
+            ex.charged = s.spent  # (its own word, if fenced out in turn, leaves theirs out)
         bound = crash_bound(ex.contract)
         if crashes <= bound:
             return False
