@@ -136,10 +136,16 @@ def crash_bound(contract: Contract) -> int:
 
 
 def crash_cause(
-    crashes: int, cycle: int, bound: int, *, effects: Mapping[str, list[str]] | None = None
+    crashes: int,
+    cycle: int,
+    bound: int,
+    *,
+    effects: Mapping[str, list[str]] | None = None,
+    run_id: str = "RUN",
 ) -> str:
     """The stop's words for a run ended by its crash bound (``effects``: ended in the cycle's
-    effects, those its journal holds done and those whose outcome is unknown)."""
+    effects, those its journal holds done and those whose outcome is unknown, in doubt: how
+    a person settles each once checked)."""
     said = (
         f"the run's executor crashed {crashes} time{'s' * (crashes != 1)} at cycle {cycle} "
         "(killed, out of memory, "
@@ -150,5 +156,10 @@ def crash_cause(
         done, unknown = effects.get("done") or [], effects.get("unknown") or []
         said += f". It died in the cycle's effects: done {done or 'none'}"
         if unknown:
-            said += f"; started and not known to have finished {unknown}: check them"
+            key = unknown[0] if len(unknown) == 1 else "KEY"
+            said += (
+                f"; started and not known to have finished {unknown}: check them, then settle "
+                f"each: `loopwright settle {run_id[:12]} {key} --done` if it happened, "
+                "`--not-done` if not"
+            )
     return said
