@@ -98,3 +98,7 @@ def test_stalls_taken_over_are_charged_and_end_at_the_cost_budget(url: str) -> N
         assert r.spent.cost_usd == pytest.approx(3 * COST) and r.spent.tokens == 30
         assert rt.store.get_run(run_id).cost_usd == pytest.approx(3 * COST)
         assert rt.store.latest_checkpoint(run_id).state["fenced_upto"] == charged[-1].id
+        # the outcome metrics count it: all of it after cycle 1, the last improvement
+        m = lw.compute_metrics(rt.store)
+        assert m.value("spend_after_last_improvement_usd") == pytest.approx(2 * COST)
+        assert m.spend_usd == pytest.approx(3 * COST)
