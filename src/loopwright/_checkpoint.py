@@ -111,7 +111,7 @@ class Checkpoints(RuntimeHost):
             raise
         ex.seq += 1
         ex.events = []
-        ex.charged = s.spent  # (durable: what a word fenced out later leaves out)
+        ex.charged = req.run  # (durable: what a word fenced out later leaves out)
         self._committed(ex)
         return cancel
 
@@ -314,18 +314,12 @@ class Checkpoints(RuntimeHost):
                 # every few runs, and promotions, instead of every few hundred cycles.)
                 ex.pending_commit = None
         if ex.pending_req is not None:  # (the last queued, durable now: what it charged)
-            ex.charged = _charged(ex.pending_req)
+            ex.charged = ex.pending_req.run
         self._committed(ex)
         return cancel
 
 
 _DATA = operator.attrgetter("data")
-
-
-def _charged(req: CommitRequest) -> Usage:
-    """The run's spend a commit wrote (its run columns)."""
-    cols = req.run
-    return Usage._stored(cols.get("cost_usd", 0.0), cols.get("tokens", 0), cols.get("seconds", 0.0))
 
 
 # The types of a run column ``redact`` has nothing to mask in (it never masks a number).

@@ -201,7 +201,7 @@ class Driving(RuntimeHost):
             # the spend of executions fenced out since (their commits refused), charged now:
             # the budgets see it before the cycle is driven again (crash55b)
             s.spent, s.fenced_upto = s.spent + read.fenced, read.upto
-            ex.charged = s.spent  # (its own word, if fenced out in turn, leaves theirs out)
+            ex.charged = s.spent.to_dict()  # (its word, fenced out in turn, leaves theirs out)
         bound = crash_bound(ex.contract)
         if crashes <= bound:
             return False

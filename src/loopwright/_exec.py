@@ -65,9 +65,10 @@ class Execution:
     # The leases its resume read that stopped alive (``crashes_and_alive``): an effect's intent
     # written under one was cut by a stop alive, no crash (``_effect_run``'s uncharged kills)
     alive: frozenset[int] = frozenset()
-    # What of ``state.spent`` the store holds charged: as loaded, then each commit made
-    # durable. Fenced out, its word says the rest (``_lease_life``), charged at resume.
-    charged: Usage | None = None
+    # What of ``state.spent`` the store holds charged (``cost_usd``, ``tokens``): as loaded,
+    # then the run columns of each commit made durable (a reference, nothing built a cycle).
+    # Fenced out, its word says the rest (``_lease_life``), charged at resume.
+    charged: Mapping[str, Any] | None = None
     events: list[NewEvent] = field(default_factory=list)
     record: dict[str, Any] | None = None  # the loaded checkpoint's record (a parked cycle's)
     retries: dict[str, JournalEntry] = field(default_factory=dict)

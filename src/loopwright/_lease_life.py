@@ -176,10 +176,12 @@ def _uncharged(ex: _Exec) -> dict[str, Any] | None:
     if ex.charged is None:
         return None
     now, was = ex.state.spent, ex.charged
-    owed = (now.cost_usd - was.cost_usd, now.tokens - was.tokens, now.seconds - was.seconds)
-    if owed[0] <= 0 and owed[1] <= 0:
+    cost = now.cost_usd - float(was.get("cost_usd") or 0.0)
+    tokens = now.tokens - int(was.get("tokens") or 0)
+    if cost <= 0 and tokens <= 0:
         return None  # (seconds alone: a stall's wall clock, never a call's spend)
-    return Usage._stored(max(0.0, owed[0]), max(0, owed[1]), max(0.0, owed[2])).to_dict()
+    seconds = now.seconds - float(was.get("seconds") or 0.0)
+    return Usage._stored(max(0.0, cost), max(0, tokens), max(0.0, seconds)).to_dict()
 
 
 def _said_alive(
