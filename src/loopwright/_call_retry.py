@@ -23,7 +23,7 @@ from ._call_billing import (
     charge,
 )
 from ._calls import _PLAIN, CallTimeout, _awaitable, call_user
-from ._errors import ConfigError
+from ._errors import ConfigError, StaleLeaseError
 from ._exec import Execution, GaveUp, OutOfTime, OverBudget, error_info, priced_dict
 from ._modelcalls import MODEL_CALL, SINK
 from ._retry import RetryPolicy
@@ -209,7 +209,14 @@ async def call_with_retry(
             # (a store whose write can wait on the run's row lock, PostgreSQL: from a thread;
             # on the event loop, a bill waiting on a row another session held stopped every
             # run of the process, once a billed call: review53a)
-            ex.retries[key] = await written(store, _put_bill, store, put)
+            try:
+                ex.retries[key] = await written(store, _put_bill, store, put)
+            except StaleLeaseError:
+                if paid is not None:
+                    # fenced out (taken over while it called): billed all the same, said by
+                    # its word with the rest it never committed (``_lease_life``; crash55b)
+                    ex.state.spent = ex.state.spent + Usage(paid.cost_usd, paid.tokens, 0.0)
+                raise
         return got
 
 

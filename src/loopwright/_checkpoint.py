@@ -111,6 +111,7 @@ class Checkpoints(RuntimeHost):
             raise
         ex.seq += 1
         ex.events = []
+        ex.charged = req.run  # (durable: what a word fenced out later leaves out)
         self._committed(ex)
         return cancel
 
@@ -312,6 +313,8 @@ class Checkpoints(RuntimeHost):
                 # collector counted only those cycles' objects: a young-generation collection
                 # every few runs, and promotions, instead of every few hundred cycles.)
                 ex.pending_commit = None
+        if ex.pending_req is not None:  # (the last queued, durable now: what it charged)
+            ex.charged = ex.pending_req.run
         self._committed(ex)
         return cancel
 

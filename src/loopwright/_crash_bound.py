@@ -8,9 +8,11 @@ uncharged kills are bounded by it too)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from ._contract import Contract
 from ._contract_rules import DEFAULT_MAX_CRASHES
+from ._usage import Usage
 from .store import Event, Store
 
 # Events after which the run was left for a person or ended, each written under the run's lease
@@ -36,6 +38,22 @@ _PAGE = 16  # (a crashed execution leaves one event; a page or two reach the cou
 
 
 def crashes_at(store: Store, run_id: str, cycle: int, token: int | None = None) -> int:
+    """How many executions of a run died at the cycle after ``cycle`` (``crashes_and_alive``)."""
+    return crashes_and_alive(store, run_id, cycle, token).crashes
+
+
+class ReadBack(NamedTuple):
+    """What ``crashes_and_alive`` read back."""
+
+    crashes: int
+    alive: frozenset[int]  # the leases that said they stopped alive
+    fenced: Usage  # what fenced-out executions' words after the event ``upto`` say they spent
+    upto: int  # the id of the last such word (the one asked with when none)
+
+
+def crashes_and_alive(
+    store: Store, run_id: str, cycle: int, token: int | None = None, upto: int = 0
+) -> ReadBack:
     """How many executions of a ``running`` run died while driving the cycle after ``cycle``
     (its last concluded one) since that cycle concluded: read from the end of its event log at
     resume (each execution commits its ``started``/``resumed`` event, naming its lease, with
@@ -48,13 +66,20 @@ def crashes_at(store: Store, run_id: str, cycle: int, token: int | None = None) 
     lease said so. (A decision of an older log names none: a word after it, or one by the lease
     before its successor's, a takeover taking the lease before plus one.) An event written
     beside the executions (a person's decision, a worker's or the dashboard's note, a person's
-    operation taking the lease between two executions) is passed over."""
+    operation taking the lease between two executions) is passed over.
+
+    Also the leases read that said they stopped alive: an effect's call cut by one of them is
+    no uncharged kill (``_effect_run``), as its execution is no crash here. And what the words
+    of executions taken over (``lease lost``) after the event ``upto`` say they spent and
+    never committed (fenced out): charged by the resume (invariant 7; crash55b). They lie
+    where this reads: said late, after the start of the execution that took the run over."""
     before: int | None = None
     met: list[int | None] = []  # the leases of the executions met (their start events)
     alive: set[int] = set()
     after = token  # the lease of the execution after the one met next
     said = False  # a word written under its lease met since the last start (its execution's)
     concluder = 0  # 1: the execution that concluded ``cycle`` died after it
+    fenced, last = Usage(), upto
     while True:
         page = store.events_tail(run_id, before_id=before, limit=_PAGE)
         for e in page:
@@ -70,7 +95,10 @@ def crashes_at(store: Store, run_id: str, cycle: int, token: int | None = None) 
                 if lease is None:
                     break
                 alive.add(lease)
-                said = said or e.data.get("why") != LEASE_LOST
+                lost = e.data.get("why") == LEASE_LOST
+                said = said or not lost
+                if lost and e.id > upto and isinstance(spent := e.data.get("spent"), dict):
+                    fenced, last = fenced + Usage.from_dict(spent), max(last, e.id)
             elif kind in _HANDED_OVER:
                 break
             elif kind == "decision" and e.cycle <= cycle:
@@ -91,7 +119,8 @@ def crashes_at(store: Store, run_id: str, cycle: int, token: int | None = None) 
                 continue
         # (judged once all is read: a word said as a commit of a group was still on its way
         # may lie before its execution's start)
-        return concluder + sum(1 for lease in met if lease is None or lease not in alive)
+        crashed = sum(1 for lease in met if lease is None or lease not in alive)
+        return ReadBack(concluder + crashed, frozenset(alive), fenced, last)
 
 
 def _lease(e: Event) -> int | None:
@@ -107,10 +136,16 @@ def crash_bound(contract: Contract) -> int:
 
 
 def crash_cause(
-    crashes: int, cycle: int, bound: int, *, effects: Mapping[str, list[str]] | None = None
+    crashes: int,
+    cycle: int,
+    bound: int,
+    *,
+    effects: Mapping[str, list[str]] | None = None,
+    run_id: str = "RUN",
 ) -> str:
     """The stop's words for a run ended by its crash bound (``effects``: ended in the cycle's
-    effects, those its journal holds done and those whose outcome is unknown)."""
+    effects, those its journal holds done and those whose outcome is unknown, in doubt: how
+    a person settles each once checked)."""
     said = (
         f"the run's executor crashed {crashes} time{'s' * (crashes != 1)} at cycle {cycle} "
         "(killed, out of memory, "
@@ -121,5 +156,10 @@ def crash_cause(
         done, unknown = effects.get("done") or [], effects.get("unknown") or []
         said += f". It died in the cycle's effects: done {done or 'none'}"
         if unknown:
-            said += f"; started and not known to have finished {unknown}: check them"
+            key = unknown[0] if len(unknown) == 1 else "KEY"
+            said += (
+                f"; started and not known to have finished {unknown}: check them, then settle "
+                f"each: `loopwright settle {run_id[:12]} {key} --done` if it happened, "
+                "`--not-done` if not"
+            )
     return said

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import _decide as rules
 from ._contract import TERMINAL_STATUSES
-from ._crash_bound import crash_bound, crash_cause, crashes_at
+from ._crash_bound import crash_bound, crash_cause, crashes_and_alive
 from ._edit_check import owed_after, owes_check
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
+from ._redact import redact
 from ._settle_refund import compensation_advice
 from ._store_threads import written
 from ._usage import Usage
@@ -193,7 +194,14 @@ class Driving(RuntimeHost):
         A cycle stopped in its effects keeps what its journal holds of them: each one done is
         kept, and charged (its cost was never committed), and the packet names them and those
         whose outcome is unknown; none is called, nor its reconcile hook (what may kill)."""
-        crashes = crashes_at(self.store, ex.run_id, ex.state.cycle, ex.token)
+        s = ex.state
+        read = crashes_and_alive(self.store, ex.run_id, s.cycle, ex.token, s.fenced_upto)
+        crashes, ex.alive = read.crashes, read.alive
+        if read.upto > s.fenced_upto:
+            # the spend of executions fenced out since (their commits refused), charged now:
+            # the budgets see it before the cycle is driven again (crash55b)
+            s.spent, s.fenced_upto = s.spent + read.fenced, read.upto
+            ex.charged = s.spent.to_dict()  # (its word, fenced out in turn, leaves theirs out)
         bound = crash_bound(ex.contract)
         if crashes <= bound:
             return False
@@ -205,7 +213,8 @@ class Driving(RuntimeHost):
             ex.state.pending = None
             if pend.get("stage") == "effects":
                 evidence["effects"] = _effects_kept(self.store, ex, at)
-        cause = crash_cause(crashes, at, bound, effects=evidence.get("effects"))
+        kept = evidence.get("effects")
+        cause = crash_cause(crashes, at, bound, effects=kept, run_id=ex.run_id)
         self._finish(ex, "escalated", cause=cause, evidence=evidence)
         return True
 
@@ -248,4 +257,25 @@ def _effects_kept(store: Store, ex: _Exec, cycle: int) -> dict[str, list[str]]:
                 ex.state.spent = ex.state.spent + Usage(u.cost_usd, u.tokens, 0.0)
         elif e.status in ("intent", "waiting", "in_doubt"):
             kept["unknown"].append(key)
+            if e.status == "intent":
+                # left for a person, in doubt as a resume would have marked it: ``settle``
+                # takes an entry in doubt only, and an ended run is resumed no more (crash55b)
+                cause = (
+                    f"{e.data.get('name')} ({key}) started in a process that died, and the run "
+                    "ended at its crash bound before its outcome was known — check whether it "
+                    "happened"
+                )
+                event = {"effect": e.data.get("name"), "key": key, "status": "in_doubt"}
+                store.journal_put(
+                    ex.run_id,
+                    ex.token,
+                    key=e.key,
+                    kind="effect",
+                    cycle=e.cycle,
+                    status="in_doubt",
+                    data=redact({**e.data, "cause": cause}),
+                    attempts=e.attempts,
+                    expect_status="intent",
+                    events=[NewEvent(e.cycle, "effect_in_doubt", event)],
+                )
     return kept

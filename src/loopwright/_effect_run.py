@@ -240,7 +240,13 @@ async def perform_effect(
                 if settled is not None:
                     return settled
             uncharged = int(entry.data.get("uncharged") or 0)
-            if not_done and uncharged < crash_bound(ex.contract):
+            if not_done and entry.data.get("lease") in ex.alive:
+                # Cut by a stop its execution said alive (Ctrl-C, the store failing under
+                # it), by its lease: no crash (``_crash_bound``), so no kill of the cap below;
+                # its attempt never acted, so none of the retry bound's either (crash55b:
+                # past the cap, 5 + 3 Ctrl-Cs "gave up after 3 attempt(s)").
+                attempts = max(0, attempts - 1)
+            elif not_done and uncharged < crash_bound(ex.contract):
                 # The reconcile hook says the attempt the intent journaled never acted: cut off
                 # before its call, it is no attempt of the retry bound's. Counted, one kill of
                 # an effect with ``attempts=1`` ended a run an uninterrupted one accepted
@@ -283,6 +289,7 @@ async def perform_effect(
             limit = await journal.call_limit()
             deadline_at = None if limit is None else wall + limit
             intent = {"first_at": first_at, "deadline_at": deadline_at, "holder": ex.owner}
+            intent["lease"] = ex.token  # (a cut by a stop alive is told by it: ``ex.alive``)
             if uncharged:
                 intent["uncharged"] = uncharged  # (the kills not charged so far)
             if limit is not None:

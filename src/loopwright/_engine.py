@@ -198,7 +198,7 @@ class Runtime(
         self._driving: Counter[str] = Counter()
         # Words of executions that stopped alive the store refused (down as they stopped):
         # said again before this runtime's next resume counts crashes (``_say_unsaid``)
-        self._unsaid: list[tuple[str, int, int, str]] = []
+        self._unsaid: list[tuple[str, int, int, str, Any]] = []
         self._saying: Saying | None = None  # (one resume says them at a time)
         self.group_commit = group_commit
         self.memory_enabled = memory

@@ -62,6 +62,13 @@ class Execution:
     # Its start event written ahead of its first commit (a cycle's effects finished on resume:
     # ``_driving``), so that a stop alive is said by its lease as after a commit (``_wind_down``)
     started_said: bool = False
+    # The leases its resume read that stopped alive (``crashes_and_alive``): an effect's intent
+    # written under one was cut by a stop alive, no crash (``_effect_run``'s uncharged kills)
+    alive: frozenset[int] = frozenset()
+    # What of ``state.spent`` the store holds charged (``cost_usd``, ``tokens``): as loaded,
+    # then the run columns of each commit made durable (a reference, nothing built a cycle).
+    # Fenced out, its word says the rest (``_lease_life``), charged at resume.
+    charged: Mapping[str, Any] | None = None
     events: list[NewEvent] = field(default_factory=list)
     record: dict[str, Any] | None = None  # the loaded checkpoint's record (a parked cycle's)
     retries: dict[str, JournalEntry] = field(default_factory=dict)

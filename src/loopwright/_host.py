@@ -72,7 +72,7 @@ class RuntimeHost:
     history_window: int
     _active: int
     _driving: Counter[str]  # the runs this runtime is executing now (``Runtime.resume``)
-    _unsaid: list[tuple[str, int, int, str]]  # words of stops alive the store refused
+    _unsaid: list[tuple[str, int, int, str, Any]]  # words of stops alive the store refused
     _saying: Saying | None  # a resume saying them now (``_say_unsaid``)
     _memory: FeedbackMemory | None
     _group: GroupCommitter | None

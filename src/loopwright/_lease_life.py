@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 from ._contract import TERMINAL_STATUSES
 from ._crash_bound import LEASE_LOST
@@ -20,6 +21,7 @@ from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._saying import Saying
 from ._store_threads import in_store_thread, written
+from ._usage import Usage
 from .store import NewEvent, RunRecord, Store
 from .store._protocol_commit import RowLocked
 
@@ -81,9 +83,10 @@ class LeaseLife(RuntimeHost):
         except asyncio.CancelledError:
             cancelled = True
         try:
-            if (ex.seq > opened or ex.started_said) and (ex.lost or alive is not None):
+            spent = _uncharged(ex) if ex.lost else None
+            if (ex.seq > opened or ex.started_said or spent) and (ex.lost or alive is not None):
                 why = LEASE_LOST if ex.lost else str(alive)
-                word = (ex.run_id, ex.token, ex.state.cycle, why)
+                word = (ex.run_id, ex.token, ex.state.cycle, why, spent)
                 if not await written(self.store, _said_alive, self.store, *word):
                     self._unsaid = [*self._unsaid[1 - _UNSAID_KEPT :], word]
         except asyncio.CancelledError:
@@ -167,7 +170,23 @@ _LOOK_AGAIN_S = 1.0  # (how often a resume waiting on another loop's saying look
 _UNSAID_KEPT = 1000  # (an outage of many runs: the oldest words beyond it are let go)
 
 
-def _said_alive(store: Store, run_id: str, token: int, cycle: int, why: str) -> bool:
+def _uncharged(ex: _Exec) -> dict[str, Any] | None:
+    """What an execution taken over spent that no commit of it charged (its commits after the
+    takeover refused: fenced out), as its word says it; None for nothing."""
+    if ex.charged is None:
+        return None
+    now, was = ex.state.spent, ex.charged
+    cost = now.cost_usd - float(was.get("cost_usd") or 0.0)
+    tokens = now.tokens - int(was.get("tokens") or 0)
+    if cost <= 0 and tokens <= 0:
+        return None  # (seconds alone: a stall's wall clock, never a call's spend)
+    seconds = now.seconds - float(was.get("seconds") or 0.0)
+    return Usage._stored(max(0.0, cost), max(0, tokens), max(0.0, seconds)).to_dict()
+
+
+def _said_alive(
+    store: Store, run_id: str, token: int, cycle: int, why: str, spent: Any = None
+) -> bool:
     """An execution (lease ``token``) that wrote its start event stops alive, the run left
     resumable: said by its lease (``interrupted``), so that resuming the run counts no crash of
     it (``crashes_at``). Written before the lease is handed back; one whose lease was taken
@@ -188,7 +207,12 @@ def _said_alive(store: Store, run_id: str, token: int, cycle: int, why: str) -> 
         if now.fencing_token != token or now.lease_owner is None:
             # taken over meanwhile (a process frozen while its store failed it, too): late
             why = LEASE_LOST
-        event = NewEvent(cycle, "interrupted", {"lease": token, "why": why})
+        data: dict[str, Any] = {"lease": token, "why": why}
+        if spent and why == LEASE_LOST:
+            # what it spent and never committed, charged by the resume that reads it (crash55b;
+            # a stop alive under its own lease charges nothing: its cycle is done again)
+            data["spent"] = spent
+        event = NewEvent(cycle, "interrupted", data)
         store.append_events(run_id, [event])
     except RowLocked:
         raise  # (nothing of it written: ``in_store_thread`` tries it again)

@@ -107,6 +107,7 @@ class Resuming(RuntimeHost):
             threaded=self.calls_in_threads,  # (a parked cycle's verifiers too, before any cycle)
         )
         ex.adopt(self.store, ck.state)
+        ex.charged = ex.state.spent.to_dict()  # (what the store holds charged: ``_lease_life``)
         fit_history(self.store, rec.run_id, ex.state, self.history_window)
         # Failed attempts of the cycle about to run (or rerun) count against its retry bound.
         nxt = ex.state.cycle + 1

@@ -18,7 +18,7 @@ from .store._protocol_commit import RowLocked
 
 __all__ = ["Saying"]
 
-Word = tuple[str, int, int, str]
+Word = tuple[str, int, int, str, Any]  # (run, lease, cycle, why, what it spent: crash55b)
 
 
 class Saying:

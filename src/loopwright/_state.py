@@ -96,6 +96,9 @@ class TaskState(Planning):
     # stopped on its cycles): what a cap stop says ran past the cap (``_packet.edit_checks``).
     # None: a state stored before they were counted.
     cap_checks: int | None = 0
+    # The last word of a fenced-out execution whose spend ``spent`` holds (its event id): one
+    # after it is charged at resume (``_crash_bound.crashes_and_alive``; crash55b).
+    fenced_upto: int = 0
     score: float | None = None
     best_score: float | None = None
     best_cycle: int = 0
@@ -458,6 +461,7 @@ class TaskState(Planning):
         out.paid_cycles = self.paid_cycles
         out.answer_checks = self.answer_checks
         out.cap_checks = self.cap_checks
+        out.fenced_upto = self.fenced_upto
         out.score = self.score
         out.best_score = self.best_score
         out.best_cycle = self.best_cycle
@@ -502,6 +506,7 @@ class TaskState(Planning):
             "paid_cycles": self.paid_cycles,
             "answer_checks": self.answer_checks,
             "cap_checks": self.cap_checks,
+            "fenced_upto": self.fenced_upto,
             "score": self.score,
             "best_score": self.best_score,
             "best_cycle": self.best_cycle,
@@ -538,6 +543,7 @@ class TaskState(Planning):
             paid_cycles=_paid_cycles(d.get("paid_cycles")),
             answer_checks=int(d.get("answer_checks") or 0),
             cap_checks=_cap_checks(d),
+            fenced_upto=int(d.get("fenced_upto") or 0),
             score=d.get("score"),
             best_score=d.get("best_score"),
             best_cycle=int(d.get("best_cycle", 0)),

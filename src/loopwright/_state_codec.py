@@ -68,13 +68,14 @@ _STEADY_KEYS = (
     "progress_score",
     "answer_checks",
     "cap_checks",
+    "fenced_upto",
 )
 _steady, _steady_in = (
     operator.attrgetter(*_STEADY_KEYS),
     operator.itemgetter(*_STEADY_KEYS),
 )
 # How many keys ``head`` writes (``advance`` takes a head of another length the slow way).
-_HEAD_LEN = 28
+_HEAD_LEN = 29
 
 
 def head(
@@ -125,6 +126,7 @@ def head(
         "paid_cycles": None if state.paid_cycles is None else list(state.paid_cycles),
         "answer_checks": state.answer_checks,
         "cap_checks": state.cap_checks,
+        "fenced_upto": state.fenced_upto,
         "score": state.score,
         "best_score": state.best_score,
         "best_cycle": state.best_cycle,

@@ -732,7 +732,8 @@ def test_an_effect_killed_at_its_call_every_time_ends_at_the_crash_bound(tmp_pat
     got = _snapshot(tmp_path)
     assert got.effects_log.count("ledger:p0") == 0
     entry = got.journal["effect:ledger:p0"]
-    assert entry.status == "intent", entry  # (left for a person: its outcome is unknown)
+    # left for a person, in doubt (its outcome unknown), for ``settle`` (crash55b: ``intent``)
+    assert entry.status == "in_doubt", entry
     assert (crashed.result["status"], crashed.result["stop_reason"]) == ("escalated", "escalated")
     packet = crashed.result["packet"]
     assert "crashed 6 times at cycle 1" in packet["cause"], packet

@@ -1,0 +1,93 @@
+"""A run ended by its crash bound in a cycle's effects leaves each effect whose outcome is unknown
+for a person to settle, on SQLite and PostgreSQL (crash55b).
+
+The bound (crash55) ends such a run without calling the effects or their reconcile hooks (either
+may be what kills), naming those started and not known to have finished. Their journal entries
+stayed ``intent``, which ``settle`` refuses ("a crash left it started: resume the run first"),
+and resuming an ended run does nothing: the person told to check them had no way to record
+what they found. They are now marked in doubt as the run ends, and its packet says how to
+settle each. Each process is killed (a simulated kill, no word said) after the effect's intent
+is journaled, before its call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from support.crash import Crash, phase_hook
+
+import loopwright as lw
+
+TASK: dict[str, Any] = {"artifacts": {"doc": {"n": 0}}}
+
+
+def _loop(called: list[str]) -> lw.Loop:
+    def not_yet(key: str) -> None:
+        called.append(f"asked:{key}")  # (it never acted: asked again, it is called again)
+
+    @lw.effect("send", name="notify", key=lambda a: f"n:{a['n']}", reconcile=not_yet)
+    def notify(n: int, *, key: str) -> dict[str, str]:
+        called.append(key)
+        return {"sent": key}
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(edits=(lw.Edit("doc", "n", 1),), effects=(notify.call(n=1),))
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=state.values()["doc"].get("n") == 1, score=1.0)
+
+    return lw.Loop(
+        name="unknown-settle",
+        actor=actor,
+        verifiers=[check],
+        effects=[notify],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="send", action="allow"),)),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3, max_crashes=1)),
+    )
+
+
+def _ended_by_the_bound(url: str, key: str) -> tuple[str, lw.RunResult]:
+    called: list[str] = []
+    loop = _loop(called)
+    with lw.Runtime(url) as rt:
+        rt._on_phase = phase_hook(("after_effect_intent", 1))
+        with pytest.raises(Crash):
+            rt.run_sync(loop, TASK, task_key=key)
+        run_id = rt.store.get_run(key).run_id
+    with lw.Runtime(url) as rt:
+        rt._on_phase = phase_hook(("after_effect_intent", 1))
+        with pytest.raises(Crash):
+            rt.resume_sync(run_id, loop)  # (its hook asked: not done, a new intent, killed)
+    with lw.Runtime(url) as rt:
+        r = rt.resume_sync(run_id, loop)
+    assert called == ["asked:notify:n:1"]  # (the run ended by the bound asks nothing)
+    assert (r.status, r.stop_reason) == ("escalated", "escalated"), r.packet
+    assert r.packet["evidence"]["effects"] == {"done": [], "unknown": ["notify:n:1"]}
+    return run_id, r
+
+
+def test_an_unknown_effect_of_a_run_ended_by_its_crash_bound_is_settled_by_the_api(
+    url: str,
+) -> None:
+    run_id, r = _ended_by_the_bound(url, "api")
+    cause = str(r.packet["cause"])
+    assert f"loopwright settle {run_id[:12]} notify:n:1 --done" in cause, cause
+    with lw.Runtime(url) as rt:
+        [entry] = rt.store.journal(run_id, key="effect:notify:n:1")
+        assert entry.status == "in_doubt", entry  # (before: ``intent``, refused below)
+        got = rt.settle_effect(run_id, "notify:n:1", done=False, by="ops")
+        assert got.status == "failed"
+
+
+def test_an_unknown_effect_of_a_run_ended_by_its_crash_bound_is_settled_by_the_cli(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loopwright.cli import main
+
+    run_id, _r = _ended_by_the_bound(url, "cli")
+    code = main(["settle", run_id, "notify:n:1", "--done", "--by", "ops", "--store", url])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    with lw.Runtime(url) as rt:
+        [entry] = rt.store.journal(run_id, key="effect:notify:n:1")
+        assert entry.status == "done" and entry.data["settled"]["by"] == "ops"
