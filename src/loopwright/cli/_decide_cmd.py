@@ -299,7 +299,12 @@ def cancel(
     run_id: RunArg,
     by: Annotated[
         str | None,
-        typer.Option("--by", help="Who cancels (for the record).", callback=by_name),
+        typer.Option(
+            "--by",
+            help="Who cancels, in a store without users (default: your OS user). With "
+            "users, your --token says who.",
+            callback=by_name,
+        ),
     ] = None,
     store: StoreOpt = None,
     token: TokenOpt = None,

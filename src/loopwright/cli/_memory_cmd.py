@@ -253,7 +253,7 @@ def add(
     ] = "correction",
     by: Annotated[
         str | None,
-        typer.Option("--by", help="Who gives it (default: your user name).", callback=by_name),
+        typer.Option("--by", help="Who gives it (default: your OS user).", callback=by_name),
     ] = None,
     strength: Annotated[
         float | None,
