@@ -93,3 +93,31 @@ def test_by_says_it_defaults_to_the_os_user_where_it_does() -> None:
     for name in BY_DEFAULTS_TO_OS_USER:
         (by,) = [p for p in commands[(name,)].params if "--by" in getattr(p, "opts", ())]
         assert "default: your OS user" in (by.help or ""), (name, by.help)
+
+
+def test_the_map_names_each_command_in_its_module_s_row() -> None:
+    # docs/architecture.md's row of cli/_decide_cmd.py left out pause, unpause and settle
+    from loopwright.cli._app import _command_name
+
+    arch = (CLI_MD.parent / "architecture.md").read_text(encoding="utf-8").splitlines()
+    app = full_app()
+    missing = []
+    for info in app.registered_commands:
+        module = info.callback.__module__.rsplit(".", 1)[1] if info.callback else ""
+        (row,) = [line for line in arch if line.startswith(f"| `cli/{module}.py` |")]
+        name = _command_name(info)
+        if f"`{name}`" not in row:
+            missing.append(f"{name} ({module})")
+    assert len(app.registered_commands) > 20
+    assert not missing, f"docs/architecture.md's cli/ rows leave out {missing}"
+
+
+def test_the_exit_codes_name_every_command_that_drives_runs() -> None:
+    # a command with --resume drives the run it decides and exits as `run` does (exit_code_for):
+    # docs/cli.md's exit codes named approve, deny and answer, not unpause
+    text = CLI_MD.read_text(encoding="utf-8")
+    (row,) = [line for line in text.splitlines() if line.startswith("| 0 | done; ")]
+    app = typer.main.get_command(full_app())
+    resuming = sorted(" ".join(path) for path, cmd in _commands(app) if "--resume" in _options(cmd))
+    assert {"approve", "unpause"} <= set(resuming)
+    assert not [n for n in resuming if f"`{n}" not in row], row
