@@ -19,6 +19,12 @@ NOT_SPLIT_YET: dict[str, str] = {
         "the parse of its report) | the verifiers over it (CommandVerifier, "
         "python_tests_verifier); being changed by another branch at stop 55"
     ),
+    "verifiers/_harness.py": (
+        "the judge program is one source text: its pieces as texts joined in order, the "
+        "boundary and limits (private_fs, setlim) | the reading of tests it can decide "
+        "(literal, folded, asserts_of, plan) | the worker's protocol and the verdicts (Worker, "
+        "read, judge, decide); grew past 600 on main at stop 55 (the sandbox judge's changes)"
+    ),
 }
 
 
