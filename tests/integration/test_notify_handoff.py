@@ -13,7 +13,7 @@ from typing import Any
 from doc_loop import TASK, fields
 
 import loopwright as lw
-from loopwright.web._notify import EVIDENCE_MAX, HANDOFF_LISTED, run_end_body
+from loopwright.web._notify_bodies import EVIDENCE_MAX, HANDOFF_LISTED, run_end_body
 
 
 def _loop(actor: Any) -> lw.Loop:

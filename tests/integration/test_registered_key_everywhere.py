@@ -18,7 +18,8 @@ import loopwright as lw
 from loopwright._redact_runs import RUN_MIN
 from loopwright.cli import main
 from loopwright.trace import otlp_trace
-from loopwright.web._notify import Notifier, NotifyConfig, run_end_body
+from loopwright.web._notify import Notifier, NotifyConfig
+from loopwright.web._notify_bodies import run_end_body
 
 # No shape of a key, no secret-looking name near it: only the registry knows it.
 KEY = "Zq7Lm2Xp9Rt4Vb6Nc8Hd3Jf5Kg1Ws0Ye"

@@ -147,7 +147,8 @@ def test_show_json_memory_does_not_grow_with_the_run(tmp_path: Path) -> None:
 def test_show_text_is_what_every_checkpoint_showed(edited_run: tuple[str, str]) -> None:
     """The text view reads the records and the latest state, not every checkpoint: it prints
     what it printed from every checkpoint's record and the last state."""
-    from loopwright.cli._render import console, run_detail
+    from loopwright.cli._render import run_detail
+    from loopwright.cli._say import console
 
     url, run_id = edited_run
     text, _peak = shown_text(url, run_id)

@@ -1,4 +1,5 @@
-"""Webhook signatures and bodies (loopwright.web._notify): what a receiver relies on."""
+"""Webhook signatures and bodies (loopwright.web._notify, _notify_bodies): what a receiver
+relies on."""
 
 from __future__ import annotations
 
@@ -13,14 +14,8 @@ import pytest
 
 from loopwright._errors import ConfigError
 from loopwright.store import Approval, RunRecord
-from loopwright.web._notify import (
-    NotifyConfig,
-    approval_body,
-    check_webhook_url,
-    run_end_body,
-    sign,
-    verify,
-)
+from loopwright.web._notify import NotifyConfig, check_webhook_url, sign, verify
+from loopwright.web._notify_bodies import approval_body, run_end_body
 
 SECRET = "s3cret-for-tests"
 BODY = b'{"text":"Approval needed","approval_id":"ap-1"}'

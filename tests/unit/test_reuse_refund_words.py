@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from loopwright import _reversal
-from loopwright.cli._render import reuse_refunds
+from loopwright.cli._show_notes import reuse_refunds
 from loopwright.store import EffectReuse, Event
 
 

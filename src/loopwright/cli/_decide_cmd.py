@@ -250,7 +250,7 @@ def _decide(
     from .._engine import Runtime
     from .._spec import register_run_secrets
     from ._people_cmd import acting_as
-    from ._render import say
+    from ._say import say
 
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
@@ -299,7 +299,12 @@ def cancel(
     run_id: RunArg,
     by: Annotated[
         str | None,
-        typer.Option("--by", help="Who cancels (for the record).", callback=by_name),
+        typer.Option(
+            "--by",
+            help="Who cancels, in a store without users (default: your OS user). With "
+            "users, your --token says who.",
+            callback=by_name,
+        ),
     ] = None,
     store: StoreOpt = None,
     token: TokenOpt = None,
@@ -311,7 +316,7 @@ def cancel(
     """
     from .._contract import TERMINAL_STATUSES
     from .._engine import Runtime
-    from ._render import say
+    from ._say import say
 
     with Runtime(existing_store(store)) as rt:
         before = rt.store.get_run(run_id)
@@ -361,7 +366,7 @@ def pause(
     who may cancel."""
     from .._engine import Runtime
     from ._people_cmd import acting_as
-    from ._render import say
+    from ._say import say
 
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
@@ -394,7 +399,7 @@ def unpause(
     `loopwright resume RUN` continues it, where it stopped. Who may unpause is who may pause."""
     from .._engine import Runtime
     from ._people_cmd import acting_as
-    from ._render import say
+    from ._say import say
 
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
@@ -433,7 +438,7 @@ def _print_reversal(
     """Say what will be undone, and how: an allowed compensation runs on the next resume (a
     refund, say), which the command used to leave unsaid, as it did the effects of a run
     started from Python that it could not offer (the CLI cannot load that run's loop)."""
-    from ._render import say
+    from ._say import say
 
     stage, asks = reversal
     rid = run_id[:12]
@@ -478,7 +483,7 @@ def rollback(
     from .._cancel_rollback import rollback_dropped
     from .._engine import Runtime
     from .._person_edits import said_dropped
-    from ._render import say
+    from ._say import say
 
     if to_cycle < 0:
         raise ConfigError("must be 0 or more", field="--to-cycle")
@@ -544,7 +549,7 @@ def settle(
     from .._settle import settled_words
     from .._spec import register_run_secrets
     from ._people_cmd import acting_as
-    from ._render import say
+    from ._say import say
 
     if done is None:
         raise ConfigError("say what the outside world shows: --done or --not-done", field="KEY")
@@ -578,8 +583,8 @@ def settle(
 def _said_ended(result: RunResult, task_key: str) -> None:
     """How a run driven by ``--resume`` ended and what next, as ``resume RUN`` says it (a
     parked run read "awaiting_approval (-)", with no word of what it waits for)."""
-    from ._render import console, say, say_ended
     from ._resume_cmd import next_steps
+    from ._say import console, say, say_ended
 
     out = console()
     say_ended(result, task_key, out)

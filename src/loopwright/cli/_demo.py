@@ -57,7 +57,7 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
     from ._app import _execute
     from ._hint_store import FROM_ENV, SET_IT
     from ._options import me_flag, store_flag
-    from ._render import console, say
+    from ._say import console, say
     from ._stores import creatable_store
 
     store = creatable_store(store)  # (a folder that does not exist is a typo's, as for `run`)

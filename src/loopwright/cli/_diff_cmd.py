@@ -54,7 +54,7 @@ def diff(
     """Compare two runs: contract differences, cycles and score per cycle, spend, how each
     stopped, and the final artifacts part by part."""
     from .._compare import compare_runs
-    from ._render import console
+    from ._say import console
 
     with open_existing(store) as st:
         doc = compare_runs(st, run_a, run_b)

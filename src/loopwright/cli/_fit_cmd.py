@@ -194,7 +194,7 @@ def _fit_and_say(
     from rich.markup import escape
 
     from ..replay._fit import Grid, fit_stop, plot_frontier, split_folds
-    from ._render import console, say
+    from ._say import console, say
 
     source = " + ".join(sources)
     split_folds(keys, folds, seed)  # bad --folds fails here, before the progress bar

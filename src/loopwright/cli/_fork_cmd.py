@@ -66,7 +66,7 @@ def fork(
     from .._loop import other_loop
     from .._spec import load_spec
     from ..replay._report import contract_tables
-    from ._render import say
+    from ._say import say
 
     if at_cycle < 0:
         raise ConfigError("must be 0 or more", field="--at-cycle")
@@ -182,7 +182,7 @@ def edit(
     and remembered as an `edit` signal for the task. An ended run is reopened."""
     from .._engine import Runtime
     from .._spec import register_run_secrets
-    from ._render import say
+    from ._say import say
     from ._table import interrupted
 
     if (value is None) == (file is None):

@@ -145,7 +145,7 @@ def _print_item(verb: str, it: MemoryItem, as_json: bool) -> None:
     if as_json:
         _print_json(it.to_dict())
         return
-    from ._render import say
+    from ._say import say
 
     where = it.scope if it.scope == "global" else f"{it.scope} {it.scope_key}"
     say(f"memory {it.memory_id} {verb}: {it.status} ({where}, {it.signal})")
@@ -253,7 +253,7 @@ def add(
     ] = "correction",
     by: Annotated[
         str | None,
-        typer.Option("--by", help="Who gives it (default: your user name).", callback=by_name),
+        typer.Option("--by", help="Who gives it (default: your OS user).", callback=by_name),
     ] = None,
     strength: Annotated[
         float | None,
@@ -318,7 +318,7 @@ def add(
         _audited(st, who, "memory add", it)
     _print_item("added", it, as_json)
     if it.status == "candidate" and not as_json:
-        from ._render import say
+        from ._say import say
 
         say(f"confirm it with: loopwright memory confirm {it.memory_id}{me}")
 
@@ -385,7 +385,7 @@ def propose(
         return
     from rich.markup import escape
 
-    from ._render import say
+    from ._say import say
 
     say(f"{len(items)} global candidate(s) proposed")
     for it in items:

@@ -80,7 +80,7 @@ def metrics(
     if as_json:
         _print_json(m.to_dict(per_run=per_run))
         return
-    from ._render import console
+    from ._say import console
 
     out = console()
     out.print(_table(m, width=out.width))

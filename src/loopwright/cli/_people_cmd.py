@@ -296,7 +296,7 @@ def users_list(json_: JsonOpt = False, store: StoreOpt = None) -> None:
     """List users, their roles and approval limits (tokens are never shown)."""
     from rich.table import Table
 
-    from ._render import console, say
+    from ._say import console, say
 
     with open_existing(store) as st:
         users = st.list_users()
@@ -329,7 +329,7 @@ def authority(
     from rich.table import Table
 
     from .._earned import standings
-    from ._render import console, say
+    from ._say import console, say
 
     with open_existing(store) as st:
         rows = [a.to_dict() for a in standings(st, [str(spec)] if spec is not None else [])]
@@ -388,7 +388,7 @@ def audit_cmd(
     from rich.markup import escape
     from rich.table import Table
 
-    from ._render import console, say
+    from ._say import console, say
 
     out = console()
 

@@ -143,13 +143,13 @@ def show(
         from .._lineage import fork_lineage
         from .._mid_cycle_records import by_id
         from .._reuse_now import as_now
-        from ._render import (
+        from ._render import run_detail_parts
+        from ._say import console
+        from ._show_notes import (
             REUSE_REFUND_EVENTS,
             SKIP_EVENTS,
-            console,
             overwrites,
             reuse_refunds,
-            run_detail_parts,
             worker_skip,
         )
         from ._show_window import timeline_records

@@ -10,7 +10,6 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -28,7 +27,6 @@ if TYPE_CHECKING:
 
     from rich.console import Group
 
-    from .._engine import RunResult
     from .._state import TaskState
     from ..store import Approval, JournalEntry, RunRecord
 
@@ -38,7 +36,6 @@ __all__ = [
     "json_text",
     "run_detail",
     "run_detail_parts",
-    "say",
     "summary_table",
 ]
 
@@ -582,130 +579,3 @@ def run_detail_parts(
                 "\n".join(lines), title="Escalation packet", title_align="left", border_style="red"
             )
         )
-
-
-class _Console(Console):
-    """A console that writes out what a terminal would act on in the text it is given
-    (``_table.printable``): its own styles are applied after, so they still colour."""
-
-    def render_str(self, text: str, **kwargs: Any) -> Text:
-        from ._options import store_flag
-
-        # a `loopwright ...` command in the engine's words (a run's advice, its stop cause)
-        # names this command's store: copied as printed it acts there, not on the default's
-        flag = store_flag()
-        if flag:
-            from ._hint_store import carry_store
-
-            text = carry_store(text, flag if kwargs.get("markup") is False else escape(flag))
-        return super().render_str(printable(text), **kwargs)
-
-
-def console(stderr: bool = False) -> Console:
-    return _Console(stderr=stderr, highlight=False)
-
-
-def say(
-    text: str,
-    *,
-    out: Console | None = None,
-    stderr: bool = False,
-    style: str | None = None,
-    markup: bool = False,
-) -> None:
-    """Print a message of one line (a summary, ``wrote X to PATH``, a hint, a note) as written:
-    never folded at the console's width (80 columns in a pipe: a script reading the line found
-    half of it), and the text as given, not read as markup (a path or a name holding ``[b]``
-    printed as another). ``style`` colours the whole line; ``markup=True`` only for a line
-    whose every user-given part the caller escaped (``rich.markup.escape``). ``out``: the
-    console to print on (a live view's), else ``console(stderr)``."""
-    con = out if out is not None else console(stderr=stderr)
-    con.print(text, markup=markup, highlight=False, soft_wrap=True, style=style)
-
-
-def say_ended(res: RunResult, task_key: str, out: Console) -> None:
-    """A run's line after a command drove it (``worker``, ``resume``): its status and stop
-    reason, then why, as ``show`` says it ("escalated (escalated)" told no one why): masked,
-    one line."""
-    from . import _one_line
-
-    # a parked run has no stop reason: "awaiting_approval (-)" read as a missing value
-    reason = f" ({res.stop_reason})" if res.stop_reason else ""
-    say(f"run {res.run_id[:12]} ({task_key}): {res.status}{reason}", out=out)
-    cause = str((res.packet or {}).get("stop_cause") or "")
-    if cause:
-        say(f"  why it stopped: {_one_line(cause)}", out=out)
-
-
-def overwrites(events: Iterable[Any]) -> str | None:
-    """What ``show`` says of accepted work an ``allow`` rule let the loop write over unasked
-    (the run's ``overwrite_allowed`` events), naming whose version each was; ``None``: none."""
-    lines = []
-    for e in events:
-        rule = escape(str(e.data.get("rule")))
-        for p in e.data.get("parts") or ():
-            by = p.get("accepted_by")
-            whose = f"[bold]{escape(str(by))}[/]'s edit" if by else "accepted by its checks"
-            lines.append(
-                f"  cycle {e.cycle}: {escape(str(p.get('part')))} v{p.get('version')} "
-                f"({whose}), allowed by rule {rule}"
-            )
-    if not lines:
-        return None
-    return "[yellow]Accepted work the loop was allowed to write over, no one asked:[/]\n" + (
-        "\n".join(lines)
-    )
-
-
-#: A worker's skip of a run (``Worker._said_skipped``), and the events of a drive since.
-SKIP_EVENTS = ("worker_skipped", "started", "resumed")
-
-
-def worker_skip(events: Iterable[Any]) -> str | None:
-    """What ``show`` says of a run a worker claimed and left (its newest ``worker_skipped``,
-    when no drive started since, ``SKIP_EVENTS``): which worker, and why; ``None``: none."""
-    last = list(events)[-1:]
-    if not last or last[0].kind != "worker_skipped":
-        return None
-    data = last[0].data
-    return (
-        f"[yellow]Skipped by worker {escape(str(data.get('owner')))}:[/] "
-        f"{escape(str(data.get('why')))}"
-    )
-
-
-#: The events a run that reused a payment gets of its refund (``Store.journal_put``).
-REUSE_REFUND_EVENTS = (
-    "effect_reuse_refunding",
-    "effect_reuse_refunded",
-    "effect_reuse_refund_refused",
-)
-
-
-def reuse_refunds(events: Iterable[Any]) -> str | None:
-    """What ``show`` says of payments this run reused that their run refunded since, or
-    started to (its ``effect_reuse_refunding``, ``effect_reuse_refunded`` and
-    ``effect_reuse_refund_refused`` events, a person approving): the run may stand on a
-    payment no longer there. A refund started and never said done may have happened (in
-    doubt: its run's packet says so); one refused left the payment standing: not said."""
-    last: dict[tuple[Any, Any, Any], Any] = {}
-    for e in events:
-        last[_claim_of(e)] = e  # each payment's latest event says where its refund stands
-    lines = []
-    for (kind, key, _gen), e in last.items():
-        if e.kind not in ("effect_reuse_refunding", "effect_reuse_refunded"):
-            continue  # refused: the payment stands
-        how = "refunded" if e.kind == "effect_reuse_refunded" else "refund started (may be done)"
-        lines.append(
-            f"  {escape(str(key))} ({escape(str(kind))}): {how} by run "
-            f"{escape(str(e.data.get('refunded_by')))}, a person approving"
-        )
-    if not lines:
-        return None
-    return "[red]Payments this run reused were refunded since (it may stand on none):[/]\n" + (
-        "\n".join(lines)
-    )
-
-
-def _claim_of(e: Any) -> tuple[Any, Any, Any]:
-    return e.data.get("kind"), e.data.get("key"), e.data.get("generation")

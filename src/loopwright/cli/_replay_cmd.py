@@ -110,7 +110,7 @@ def replay_cmd(
     from rich.markup import escape
     from rich.table import Table
 
-    from ._render import console
+    from ._say import console
 
     rows = [report.recorded] + [t for t, _ in report.contracts]
     title = f"{count[0]} recorded run(s) from {source}"

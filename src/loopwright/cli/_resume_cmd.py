@@ -35,7 +35,7 @@ def _loop_or_none(rec: RunRecord) -> Loop | None:
     try:
         return _loop_for(rec)
     except ConfigError as exc:
-        from ._render import say
+        from ._say import say
 
         say(f"compensations not offered: {exc}", stderr=True, style="yellow")
         return None
@@ -99,7 +99,7 @@ def resume(
             forks = [r for r in targets if _maker_starts(r, marked)]
             targets = [r for r in targets if not _maker_starts(r, marked)]
         results: list[RunResult] = []
-        from ._render import console, say, say_ended
+        from ._say import console, say, say_ended
 
         out = console(stderr=as_json)
         skipped: list[str] = []  # not resumed here: exit 0 would read as "all accepted"
@@ -202,7 +202,7 @@ def next_steps(results: Sequence[RunResult]) -> list[str]:
 
 def _forks_left(forks: list[RunRecord], out: Console) -> None:
     """Say which forks ``resume --all`` left unstarted and how to start each."""
-    from ._render import say
+    from ._say import say
 
     say(
         f"left {len(forks)} fork(s) never started (a fork is started by whoever made it, "

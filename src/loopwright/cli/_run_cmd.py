@@ -118,8 +118,8 @@ def run(
     if as_json:
         _print_json([r.to_dict() for r in results])
     else:
-        from ._render import say
         from ._resume_cmd import next_steps
+        from ._say import say
 
         for line in next_steps([r for r in results if r.run_id not in held]):
             say(line)
@@ -149,7 +149,8 @@ def _execute_on_ray(
     from ..executors import RayBatchError, run_on_ray
     from ..store import open_store, resolve_store_url
     from ._people_cmd import starter
-    from ._render import console, say, summary_table
+    from ._render import summary_table
+    from ._say import console, say
 
     out = console(stderr=quiet)
     with open_store(resolve_store_url(store)) as st:
@@ -219,7 +220,8 @@ def _execute(
     from .._engine import Runtime
     from ._interrupt import run_async
     from ._live import LiveView
-    from ._render import console, say, summary_table
+    from ._render import summary_table
+    from ._say import console, say
 
     view = LiveView(len(items), title or f"{loop.name}: {len(items)} task(s)")
     with Runtime(store, on_progress=view.update) as rt:
@@ -289,7 +291,7 @@ def _create(
     """Each task's run, made (``True``) or found under its key; a task changed since its key's
     run was made is said on stderr (the run keeps the task it was made with)."""
     from .._task_parts import ignored_task
-    from ._render import say
+    from ._say import say
 
     made: list[tuple[RunRecord, bool]] = []
     notes: list[str] = []
@@ -323,7 +325,7 @@ def _queue(
 
     from .._engine import Runtime
     from ._people_cmd import starter
-    from ._render import say
+    from ._say import say
 
     with Runtime(store) as rt:
         who = starter(rt.store, token, target=f"loop {loop.name}", tasks=len(items))

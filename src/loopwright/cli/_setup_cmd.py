@@ -62,7 +62,7 @@ def check(
         from rich.markup import escape
         from rich.table import Table
 
-        from ._render import console
+        from ._say import console
 
         t = Table(title=f"{escape(loop.name)}: spec is valid", title_justify="left")
         t.add_column("question")
@@ -142,7 +142,7 @@ def import_(
         out.write_text(text.getvalue(), encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot write {out}: {exc.strerror or exc}", field="--out") from None
-    from ._render import say
+    from ._say import say
 
     budget = "unknown" if report.rounds is None else f"{report.rounds} rounds"
     # One line each, whatever the width (``say``): folded at the console's 80 columns in a

@@ -80,7 +80,7 @@ def worker(
     from .._engine import Runtime
     from .._worker import Worker
     from . import _one_line
-    from ._render import console, say, say_ended
+    from ._say import console, say, say_ended
 
     if concurrency < 1:
         raise ConfigError("must be at least 1", field="--concurrency")
