@@ -159,10 +159,16 @@ def crash_cause(
         done, unknown = effects.get("done") or [], effects.get("unknown") or []
         said += f". It died in the cycle's effects: done {done or 'none'}"
         if unknown:
-            key = unknown[0] if len(unknown) == 1 else "KEY"
-            said += (
-                f"; started and not known to have finished {unknown}: check them, then settle "
-                f"each: `loopwright settle {run_id[:12]} {key} --done` if it happened, "
-                "`--not-done` if not"
-            )
+            said += unknown_tail(unknown, run_id)
     return said
+
+
+def unknown_tail(unknown: list[str], run_id: str) -> str:
+    """``crash_cause``'s words for the effects of unknown outcome left to settle (``_settle``
+    rewrites them as each is settled: crash55c)."""
+    key = unknown[0] if len(unknown) == 1 else "KEY"
+    return (
+        f"; started and not known to have finished {unknown}: check them, then settle "
+        f"each: `loopwright settle {run_id[:12]} {key} --done` if it happened, "
+        "`--not-done` if not"
+    )

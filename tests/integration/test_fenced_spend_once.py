@@ -148,6 +148,7 @@ def test_a_failed_attempt_the_fence_refused_to_journal_is_charged_by_the_word(ur
         # cycle 1 ($0.10), a's refused failed attempt ($0.05, its word), c's answer ($0.10)
         # (before: $0.20; a failed attempt's bill is charged when its call ends, never here)
         assert r.spent.cost_usd == pytest.approx(0.25) and r.spent.tokens == 25
+        assert rt.store.get_run(run_id).cost_usd == pytest.approx(0.25)
 
 
 def test_a_held_out_verifiers_fenced_bill_stays_held_out(url: str) -> None:
