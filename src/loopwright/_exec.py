@@ -67,7 +67,7 @@ class Execution:
     alive: frozenset[int] = frozenset()
     # What of ``state.spent`` the store holds charged (``cost_usd``, ``tokens``): as loaded,
     # then the run columns of each commit made durable (a reference, nothing built a cycle).
-    # Fenced out, its word says the rest (``_lease_life``), charged at resume.
+    # Fenced out, its word says the seconds past it (its bills: ``refused``), charged at resume.
     charged: Mapping[str, Any] | None = None
     # The bills the fence refused to journal (taken over while it called), and the held-out
     # share of them: all its word charges (``_lease_life``), each bill journaled before the
