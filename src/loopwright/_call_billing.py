@@ -12,7 +12,7 @@ from ._exec import Execution, held_out_scope
 from ._usage import Usage
 from .store import JournalEntry, NewEvent, Store
 
-__all__ = ["charge", "owes", "settle_owed"]
+__all__ = ["charge", "fenced_bill", "owes", "settle_owed"]
 
 
 def settle_owed(store: Store, ex: Execution, cycle: int) -> None:
@@ -127,6 +127,21 @@ def charge(ex: Execution, who: str, billed: Iterable[Usage]) -> None:
             if held:
                 ex.state.held_out_spent = ex.state.held_out_spent + priced
             ex.calls.append({"who": who, "cost_usd": usage.cost_usd, "tokens": usage.tokens})
+
+
+def fenced_bill(ex: Execution, who: str, usage: Usage) -> None:
+    """A bill of ``who``'s the fence refused to journal (this execution taken over while it
+    called): billed all the same, charged by its word alone (``_lease_life``; crash55b) and
+    its held-out share kept apart there, as ``charge`` keeps it (invariant 3). A bill
+    journaled before the takeover is not one: the cycle redone charges it (crash55c)."""
+    if not (usage.cost_usd or usage.tokens):
+        return
+    priced = Usage(usage.cost_usd, usage.tokens, 0.0)
+    every, held = ex.refused or (_NONE, _NONE)
+    ex.refused = (every + priced, held + priced if held_out_scope(ex.loop, who) else held)
+
+
+_NONE = Usage()
 
 
 def _over_message(who: str, reason: str) -> str:

@@ -21,6 +21,7 @@ from ._call_billing import (
     _owed_message,
     _paid,
     charge,
+    fenced_bill,
 )
 from ._calls import _PLAIN, CallTimeout, _awaitable, call_user
 from ._errors import ConfigError, StaleLeaseError
@@ -214,8 +215,8 @@ async def call_with_retry(
             except StaleLeaseError:
                 if paid is not None:
                     # fenced out (taken over while it called): billed all the same, said by
-                    # its word with the rest it never committed (``_lease_life``; crash55b)
-                    ex.state.spent = ex.state.spent + Usage(paid.cost_usd, paid.tokens, 0.0)
+                    # its word (``_lease_life``; crash55b); its failed attempts are journaled
+                    fenced_bill(ex, scope, paid)
                 raise
         return got
 
@@ -289,46 +290,53 @@ async def _failed_attempt(
                 delay = None
     status = "gave_up" if delay is None else "waiting"
     next_at = time.time() + (delay or 0.0)
-    ex.retries[key] = await written(
-        store,
-        store.journal_put,
-        ex.run_id,
-        ex.token,
-        key=key,
-        kind="retry",
-        cycle=cycle,
-        status=status,
-        data={
-            "first_at": first_at,
-            "next_at": next_at,
-            "class": kind,
-            "error": {k: v for k, v in info.items() if k != "traceback"},
-            "billed": {"cost_usd": total.cost_usd, "tokens": total.tokens},
-            "each": [[u.cost_usd, u.tokens] for u in billed],
-            # why it was not tried again, when a budget said so: a restart before the stop's
-            # commit stops the same way (out of time, not given up)
-            **({"budget": "budget_time"} if out_of_time else {}),
-            **({"budget": over} if over is not None else {}),
-        },
-        attempts=failed,
-        events=[
-            *_call_events(cycle, scope, failed, made, "retry" if delay is not None else "gave_up"),
-            NewEvent(
-                cycle,
-                "retry" if delay is not None else "gave_up",
-                {
-                    "scope": scope,
-                    "attempt": failed,
-                    "class": kind,
-                    "error": f"{info['type']}: {info['message']}"[:500],
-                    "delay_s": delay,
-                    **({"budget": over} if over is not None else {}),
-                    # what this attempt was billed: its call's span in a trace counts it
-                    **({"usage": priced_dict(attempt)} if attempt is not None else {}),
-                },
-            ),
-        ],
-    )
+    try:
+        ex.retries[key] = await written(
+            store,
+            store.journal_put,
+            ex.run_id,
+            ex.token,
+            key=key,
+            kind="retry",
+            cycle=cycle,
+            status=status,
+            data={
+                "first_at": first_at,
+                "next_at": next_at,
+                "class": kind,
+                "error": {k: v for k, v in info.items() if k != "traceback"},
+                "billed": {"cost_usd": total.cost_usd, "tokens": total.tokens},
+                "each": [[u.cost_usd, u.tokens] for u in billed],
+                # why it was not tried again, when a budget said so: a restart before the stop's
+                # commit stops the same way (out of time, not given up)
+                **({"budget": "budget_time"} if out_of_time else {}),
+                **({"budget": over} if over is not None else {}),
+            },
+            attempts=failed,
+            events=[
+                *_call_events(
+                    cycle, scope, failed, made, "retry" if delay is not None else "gave_up"
+                ),
+                NewEvent(
+                    cycle,
+                    "retry" if delay is not None else "gave_up",
+                    {
+                        "scope": scope,
+                        "attempt": failed,
+                        "class": kind,
+                        "error": f"{info['type']}: {info['message']}"[:500],
+                        "delay_s": delay,
+                        **({"budget": over} if over is not None else {}),
+                        # what this attempt was billed: its call's span in a trace counts it
+                        **({"usage": priced_dict(attempt)} if attempt is not None else {}),
+                    },
+                ),
+            ],
+        )
+    except StaleLeaseError:
+        if attempt is not None:  # (refused by the fence: its word says it; crash55c)
+            fenced_bill(ex, scope, attempt)
+        raise
     if out_of_time:
         left = max(0.0, (deadline or 0.0) - time.time())
         raise billing(

@@ -48,6 +48,7 @@ class ReadBack(NamedTuple):
     crashes: int
     alive: frozenset[int]  # the leases that said they stopped alive
     fenced: Usage  # what fenced-out executions' words after the event ``upto`` say they spent
+    held: Usage  # the held-out verifiers' share of ``fenced`` (kept apart: invariant 3)
     upto: int  # the id of the last such word (the one asked with when none)
 
 
@@ -79,7 +80,7 @@ def crashes_and_alive(
     after = token  # the lease of the execution after the one met next
     said = False  # a word written under its lease met since the last start (its execution's)
     concluder = 0  # 1: the execution that concluded ``cycle`` died after it
-    fenced, last = Usage(), upto
+    fenced, held, last = Usage(), Usage(), upto
     while True:
         page = store.events_tail(run_id, before_id=before, limit=_PAGE)
         for e in page:
@@ -99,6 +100,8 @@ def crashes_and_alive(
                 said = said or not lost
                 if lost and e.id > upto and isinstance(spent := e.data.get("spent"), dict):
                     fenced, last = fenced + Usage.from_dict(spent), max(last, e.id)
+                    if isinstance(part := spent.get("held_out"), dict):
+                        held = held + Usage.from_dict(part)
             elif kind in _HANDED_OVER:
                 break
             elif kind == "decision" and e.cycle <= cycle:
@@ -120,7 +123,7 @@ def crashes_and_alive(
         # (judged once all is read: a word said as a commit of a group was still on its way
         # may lie before its execution's start)
         crashed = sum(1 for lease in met if lease is None or lease not in alive)
-        return ReadBack(concluder + crashed, frozenset(alive), fenced, last)
+        return ReadBack(concluder + crashed, frozenset(alive), fenced, held, last)
 
 
 def _lease(e: Event) -> int | None:
@@ -156,10 +159,16 @@ def crash_cause(
         done, unknown = effects.get("done") or [], effects.get("unknown") or []
         said += f". It died in the cycle's effects: done {done or 'none'}"
         if unknown:
-            key = unknown[0] if len(unknown) == 1 else "KEY"
-            said += (
-                f"; started and not known to have finished {unknown}: check them, then settle "
-                f"each: `loopwright settle {run_id[:12]} {key} --done` if it happened, "
-                "`--not-done` if not"
-            )
+            said += unknown_tail(unknown, run_id)
     return said
+
+
+def unknown_tail(unknown: list[str], run_id: str) -> str:
+    """``crash_cause``'s words for the effects of unknown outcome left to settle (``_settle``
+    rewrites them as each is settled: crash55c)."""
+    key = unknown[0] if len(unknown) == 1 else "KEY"
+    return (
+        f"; started and not known to have finished {unknown}: check them, then settle "
+        f"each: `loopwright settle {run_id[:12]} {key} --done` if it happened, "
+        "`--not-done` if not"
+    )

@@ -201,6 +201,8 @@ class Driving(RuntimeHost):
             # the spend of executions fenced out since (their commits refused), charged now:
             # the budgets see it before the cycle is driven again (crash55b)
             s.spent, s.fenced_upto = s.spent + read.fenced, read.upto
+            if read.held.cost_usd or read.held.tokens:  # (not shown to the actor: crash55c)
+                s.held_out_spent = s.held_out_spent + read.held
             ex.charged = s.spent.to_dict()  # (its word, fenced out in turn, leaves theirs out)
         bound = crash_bound(ex.contract)
         if crashes <= bound:

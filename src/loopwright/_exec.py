@@ -67,8 +67,12 @@ class Execution:
     alive: frozenset[int] = frozenset()
     # What of ``state.spent`` the store holds charged (``cost_usd``, ``tokens``): as loaded,
     # then the run columns of each commit made durable (a reference, nothing built a cycle).
-    # Fenced out, its word says the rest (``_lease_life``), charged at resume.
+    # Fenced out, its word says the seconds past it (its bills: ``refused``), charged at resume.
     charged: Mapping[str, Any] | None = None
+    # The bills the fence refused to journal (taken over while it called), and the held-out
+    # share of them: all its word charges (``_lease_life``), each bill journaled before the
+    # takeover being charged by the cycle redone from the journal (``settle_owed``; crash55c)
+    refused: tuple[Usage, Usage] | None = None
     events: list[NewEvent] = field(default_factory=list)
     record: dict[str, Any] | None = None  # the loaded checkpoint's record (a parked cycle's)
     retries: dict[str, JournalEntry] = field(default_factory=dict)

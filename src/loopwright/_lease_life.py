@@ -171,17 +171,19 @@ _UNSAID_KEPT = 1000  # (an outage of many runs: the oldest words beyond it are l
 
 
 def _uncharged(ex: _Exec) -> dict[str, Any] | None:
-    """What an execution taken over spent that no commit of it charged (its commits after the
-    takeover refused: fenced out), as its word says it; None for nothing."""
-    if ex.charged is None:
+    """What an execution taken over was billed that no commit of it charged and no journal
+    entry holds (the bills its fence refused: ``fenced_bill``), as its word says it, with the
+    held-out share apart (``held_out``); None for nothing. A bill journaled before the
+    takeover is left out: the cycle redone charges it from the journal (crash55c: it was
+    charged twice, by the word and by the redone cycle)."""
+    if ex.refused is None or ex.charged is None:
         return None
-    now, was = ex.state.spent, ex.charged
-    cost = now.cost_usd - float(was.get("cost_usd") or 0.0)
-    tokens = now.tokens - int(was.get("tokens") or 0)
-    if cost <= 0 and tokens <= 0:
-        return None  # (seconds alone: a stall's wall clock, never a call's spend)
-    seconds = now.seconds - float(was.get("seconds") or 0.0)
-    return Usage._stored(max(0.0, cost), max(0, tokens), max(0.0, seconds)).to_dict()
+    every, held = ex.refused
+    seconds = max(0.0, ex.state.spent.seconds - float(ex.charged.get("seconds") or 0.0))
+    said = Usage._stored(every.cost_usd, every.tokens, seconds).to_dict()
+    if held.cost_usd or held.tokens:
+        said["held_out"] = {"cost_usd": held.cost_usd, "tokens": held.tokens}
+    return said
 
 
 def _said_alive(

@@ -20,6 +20,7 @@ from typing import Any
 
 from ._audit import audit_entry, takes_audit
 from ._authority import may_operate, refused
+from ._crash_bound import unknown_tail
 from ._effect_keys import args_digest
 from ._errors import ConfigError
 from ._host import RuntimeHost
@@ -256,10 +257,12 @@ def settled_run_packet(
     packet = dict(rec.packet or {})
     evidence = packet.get("evidence")
     ikey = entry.key.removeprefix("effect:")
-    if not isinstance(evidence, dict) or evidence.get("settle") != ikey:
-        return None
     said = "done" if settled["done"] else "not done"
     what = f"{entry.data.get('name')} ({ikey}) was settled {said} by {settled['by']}"
+    if isinstance(evidence, dict) and isinstance(bound := evidence.get("effects"), dict):
+        return _bound_packet(rec, packet, evidence, bound, ikey, said, what)
+    if not isinstance(evidence, dict) or evidence.get("settle") != ikey:
+        return None
     hint = settle_hint(store, rec.run_id, ikey)
     # (in this release's words, or an earlier one's: a run escalated before polish55 reworded
     # them kept "once checked, settle it" once settled; review55a)
@@ -287,6 +290,39 @@ def settled_run_packet(
         evidence["effect"] = {**evidence["effect"], "status": status, "settled": settled}
     evidence["settled"] = ikey
     packet["evidence"] = evidence
+    if packet.get("stop_cause"):  # (derived from the cause, as the engine derived it)
+        packet["stop_cause"] = run_stop_cause(
+            rec, {k: v for k, v in packet.items() if k != "stop_cause"}
+        )
+    return packet
+
+
+def _bound_packet(
+    rec: RunRecord,
+    packet: dict[str, Any],
+    evidence: dict[str, Any],
+    bound: dict[str, Any],
+    ikey: str,
+    said: str,
+    what: str,
+) -> dict[str, Any] | None:
+    """The packet of a run ended by its crash bound once ``ikey``, one of the effects it
+    named of unknown outcome, is settled: its cause and summary name it settled and ask to
+    check and settle only those left (they asked for all of them still: crash55c), and its
+    evidence lists it settled. ``None``: the packet names no such effect."""
+    unknown = bound.get("unknown")
+    if not isinstance(unknown, list) or ikey not in unknown:
+        return None
+    left = [k for k in unknown if k != ikey]
+    tail = unknown_tail(unknown, rec.run_id)
+    now = f"; {what}" + (unknown_tail(left, rec.run_id) if left else "")
+    for field in ("cause", "summary"):
+        text = packet.get(field)
+        if isinstance(text, str) and tail in text:
+            packet[field] = text.replace(tail, now, 1)
+    earlier = bound.get("settled")
+    done = {**(earlier if isinstance(earlier, dict) else {}), ikey: said}
+    packet["evidence"] = {**evidence, "effects": {**bound, "unknown": left, "settled": done}}
     if packet.get("stop_cause"):  # (derived from the cause, as the engine derived it)
         packet["stop_cause"] = run_stop_cause(
             rec, {k: v for k, v in packet.items() if k != "stop_cause"}

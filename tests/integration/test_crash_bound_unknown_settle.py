@@ -91,3 +91,22 @@ def test_an_unknown_effect_of_a_run_ended_by_its_crash_bound_is_settled_by_the_c
     with lw.Runtime(url) as rt:
         [entry] = rt.store.journal(run_id, key="effect:notify:n:1")
         assert entry.status == "done" and entry.data["settled"]["by"] == "ops"
+
+
+def test_the_packet_of_a_run_ended_by_its_crash_bound_once_settled_says_what_is_left(
+    url: str,
+) -> None:
+    run_id, _r = _ended_by_the_bound(url, "packet")
+    with lw.Runtime(url) as rt:
+        rt.settle_effect(run_id, "notify:n:1", done=False, by="ops")
+        packet = rt.store.get_run(run_id).packet or {}
+    cause = str(packet["cause"])
+    # (before: it still said "check them, then settle each", naming the one just settled)
+    assert "check them" not in cause and "loopwright settle" not in cause, cause
+    assert cause.endswith("done none; notify (notify:n:1) was settled not done by ops"), cause
+    assert str(packet["summary"]).endswith(cause), packet["summary"]
+    assert packet["evidence"]["effects"] == {
+        "done": [],
+        "unknown": [],
+        "settled": {"notify:n:1": "not done"},
+    }
