@@ -424,7 +424,7 @@ class MemorySearch:
     reflections: bool | None = None
     """Which items: None every one; False what people said (every signal but
     ``reflection``); True only the loop's own reflections. A recall asks for people's
-    feedback and for reflections apart (``_memory.recall_searches``), so that reflections only
+    feedback and for reflections apart (``_recall.recall_searches``), so that reflections only
     fill the slots people's feedback leaves free."""
 
 
