@@ -1,8 +1,9 @@
 """The stop contract: declared before a run starts, snapshotted into it.
 
 Every run ends with exactly one stop reason from a closed vocabulary (``STOP_REASONS``). The
-contract's parts are small frozen value objects; ``Contract.from_dict`` builds them from the
-``[contract]`` table of a loop spec and names the field at fault when something is wrong.
+contract's parts are small frozen value objects (its six rules: ``_contract_rules``);
+``Contract.from_dict`` builds them from the ``[contract]`` table of a loop spec and names the
+field at fault when something is wrong.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A model adapter (``adapters/openai_chat.py``; user code through ``_owncalls``, c
 each request it makes with ``record_model_call``: the model, the messages it sent, the reply
 text it received, tokens, cost, when it started and how long it took, and the error if it
 failed. Outside an engine's actor or verifier call that is a no-op. Inside one, the engine
-(``_exec.call_with_retry``) collects the reports of each attempt (``collecting``) and stores
+(``_call_retry.call_with_retry``) collects the reports of each attempt (``collecting``) and stores
 them as ``model_call`` events of the cycle, numbered by attempt and marked with how the attempt
 ended (``ok``, ``retry``, ``gave_up``): in the cycle's own commit for a good attempt, beside the
 ``retry`` event for a failed one. The core imports no adapter: this module is the whole

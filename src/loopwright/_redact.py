@@ -52,7 +52,6 @@ from ._redact_forms import (  # noqa: F401  (re-exported: their home before the 
     _escaped_forms,
     _hex_forms,
     _mask_base64,
-    _written,
 )
 from ._redact_registry import (  # noqa: F401  (re-exported: their home before the split)
     _SECRET_SUFFIXES,
@@ -73,7 +72,6 @@ from ._redact_registry import (  # noqa: F401  (re-exported: their home before t
     register_secret,
     register_secret_field,
     registry_state,
-    resets,
 )
 from ._redact_runs import any_run, mask_runs, restore_runs
 from ._redact_shapes import (  # noqa: F401  (re-exported: their home before the split)

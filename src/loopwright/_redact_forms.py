@@ -4,8 +4,8 @@ encoded — base64 and hex (masked with the run of such characters around them),
 and as Go and PHP escape JSON (``_encoded_of``: searched by substring tests, apart from the
 values' expression).
 
-Moved out of ``_redact`` (which walks data and holds the registries); ``_redact`` re-exports
-every name here that its tests reach.
+Moved out of ``_redact`` (which walks data; the registries are ``_redact_registry``'s);
+``_redact`` re-exports every name here that its tests reach.
 """
 
 from __future__ import annotations

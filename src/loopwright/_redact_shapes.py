@@ -2,8 +2,8 @@
 takes (``_SHAPES``, one expression) and the cheap test that decides whether a text can hold
 one at all (``_triggered``: substring tests in C before the expression runs), on every write.
 
-Moved out of ``_redact`` (which walks data and holds the registries) unchanged; ``_redact``
-re-exports every name here that its tests reach.
+Moved out of ``_redact`` (which walks data; the registries are ``_redact_registry``'s)
+unchanged; ``_redact`` re-exports every name here that its tests reach.
 """
 
 from __future__ import annotations

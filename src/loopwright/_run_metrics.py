@@ -17,7 +17,7 @@ from ._decide import record_no_attempt
 from ._errors import ConfigError, RunNotFoundError
 from ._inherited import fork_seq, inherited
 from .store import Approval, Checkpoint, Event, RunRecord, Store
-from .store._records import PAUSE
+from .store._records import PAUSE, independent_held_out
 
 __all__ = [
     "CRASH_RESUME",
@@ -213,9 +213,7 @@ class RunMetrics:
         """``held_out_passed`` as an independent verdict: ``None`` for a held-out pass that
         rests on a test the candidate's own process decided (``held_out_self_reported``): it
         could have forged it, so it is neither a pass nor a failure of the held-out checks."""
-        if self.held_out_passed and self.held_out_self_reported:
-            return None
-        return self.held_out_passed
+        return independent_held_out(self.held_out_passed, self.held_out_self_reported)
 
     @property
     def accepted(self) -> bool:

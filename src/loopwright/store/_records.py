@@ -29,6 +29,7 @@ __all__ = [
     "RunRecord",
     "VersionRow",
     "concluded_cycles",
+    "independent_held_out",
     "own_fields",
     "past_expiry",
 ]
@@ -36,6 +37,15 @@ __all__ = [
 VERSION_COST = 200
 """What holding one version in memory costs beside its value, about (the ``Version`` and its
 numbers, its place in the part's map): measured at ≈ 170 B for small values."""
+
+
+def independent_held_out(passed: bool | None, self_reported: int | None) -> bool | None:
+    """A held-out verdict ``passed`` as an independent one: ``None`` (no verdict to count) for
+    a pass that rests on ``self_reported`` tests the candidate's own process decided, which it
+    could have forged (``RunRecord`` and ``RunMetrics.held_out_independent`` both ask it)."""
+    if passed and self_reported:
+        return None
+    return passed
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +95,7 @@ class RunRecord:
     def held_out_independent(self) -> bool | None:
         """``held_out_passed`` as an independent verdict: ``None`` (no verdict to count) for a
         held-out pass that rests on a test the candidate could have forged."""
-        if self.held_out_passed and self.held_out_self_reported:
-            return None
-        return self.held_out_passed
+        return independent_held_out(self.held_out_passed, self.held_out_self_reported)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -424,7 +432,7 @@ class MemorySearch:
     reflections: bool | None = None
     """Which items: None every one; False what people said (every signal but
     ``reflection``); True only the loop's own reflections. A recall asks for people's
-    feedback and for reflections apart (``_memory.recall_searches``), so that reflections only
+    feedback and for reflections apart (``_recall.recall_searches``), so that reflections only
     fill the slots people's feedback leaves free."""
 
 
