@@ -36,7 +36,13 @@ from ._contract import TERMINAL_STATUSES
 from ._cycle import HELD_OUT_KEY, Cycle
 from ._driving import Driving
 from ._edit_check import EditCheck
-from ._errors import ConfigError, StaleLeaseError, StoreUnavailableError, check_seconds
+from ._errors import (
+    ConfigError,
+    ConflictError,
+    StaleLeaseError,
+    StoreUnavailableError,
+    check_seconds,
+)
 from ._exec import error_info
 from ._finishing import Finishing
 from ._fork import Forking
@@ -348,6 +354,18 @@ class Runtime(
         """Continue a run from its latest checkpoint (a no-op for an ended run; a parked run
         continues only once its approval request is decided). ``token``: the fencing token of
         a lease this runtime's owner already holds (``Store.claim_runs``)."""
+        try:
+            running = self._running.start(run_id)  # (what ``close`` waits for: _lifecycle)
+        except ConflictError:
+            if token is not None:  # (a worker's claim, handed back)
+                await written(self.store, self.store.release_lease, run_id, token)
+            raise
+        try:
+            return await self._resume(run_id, loop, token)
+        finally:
+            self._running.end(running)
+
+    async def _resume(self, run_id: str, loop: Loop, token: int | None) -> RunResult:
         held: list[tuple[str, int]] = [] if token is None else [(run_id, token)]
         try:
             if self._unsaid or self._saying is not None:

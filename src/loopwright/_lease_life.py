@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from typing import Any
 
 from ._contract import TERMINAL_STATUSES
@@ -88,7 +89,8 @@ class LeaseLife(RuntimeHost):
                 why = LEASE_LOST if ex.lost else str(alive)
                 word = (ex.run_id, ex.token, ex.state.cycle, why, spent)
                 if not await written(self.store, _said_alive, self.store, *word):
-                    self._unsaid = [*self._unsaid[1 - _UNSAID_KEPT :], word]
+                    with WORDS:
+                        self._unsaid = [*self._unsaid[1 - _UNSAID_KEPT :], word]
         except asyncio.CancelledError:
             cancelled = True
         if not ex.lost:
@@ -118,6 +120,41 @@ class LeaseLife(RuntimeHost):
         # the first said them, found none left, and counted its own run's stop, its word still
         # on its way, as a crash (``max_crashes = 0``: escalated; review54c, polish55).
         here = asyncio.get_running_loop()
+
+        def ended() -> None:
+            with WORDS:
+                if self._saying is said:
+                    self._saying = None
+
+        while True:
+            await self._after_saying(here)
+            # The look at ``_saying`` and its setting, the words' take and the keeping of those
+            # refused meanwhile are made under ``WORDS``: ``resume``s in other threads' event
+            # loops do them too, and a switch between a look and its setting said the words
+            # twice, one between the take and its reset lost a word kept meanwhile
+            # (lifecycle55).
+            with WORDS:
+                if self._saying is not None:
+                    continue  # (another began saying them meanwhile)
+                if not self._unsaid:
+                    return
+                words, self._unsaid = self._unsaid, []
+                self._saying = said = Saying(words, here, ended)
+                break
+        try:
+            for i, word in enumerate(words):
+                if not await written(self.store, said.say, i, _said_alive, self.store, *word):
+                    return
+        finally:
+            # Refused, or cancelled on the way (Ctrl-C, a worker's shutdown, ``asyncio.run``'s
+            # teardown): the words not written are kept, not dropped (review54c); a write
+            # under way in a store thread ends the saying when it ends.
+            kept = said.stop()
+            with WORDS:
+                self._unsaid = [*kept, *self._unsaid][-_UNSAID_KEPT:]
+
+    async def _after_saying(self, here: asyncio.AbstractEventLoop) -> None:
+        """Once no resume says the words (in this event loop or another)."""
         while (saying := self._saying) is not None:
             its_end = asyncio.wrap_future(saying.done)
             # Whether its event loop still runs is looked at again while this waits: one that
@@ -128,26 +165,10 @@ class LeaseLife(RuntimeHost):
                     break
             else:
                 # left in an event loop that runs no more: what it had not said is said here
-                self._unsaid = [*saying.stop(), *self._unsaid][-_UNSAID_KEPT:]
+                kept = saying.stop()
+                with WORDS:
+                    self._unsaid = [*kept, *self._unsaid][-_UNSAID_KEPT:]
                 await asyncio.shield(its_end)
-        if not self._unsaid:
-            return
-        words, self._unsaid = self._unsaid, []
-
-        def ended() -> None:
-            if self._saying is said:
-                self._saying = None
-
-        self._saying = said = Saying(words, here, ended)
-        try:
-            for i, word in enumerate(words):
-                if not await written(self.store, said.say, i, _said_alive, self.store, *word):
-                    return
-        finally:
-            # Refused, or cancelled on the way (Ctrl-C, a worker's shutdown, ``asyncio.run``'s
-            # teardown): the words not written are kept, not dropped (review54c); a write
-            # under way in a store thread ends the saying when it ends.
-            self._unsaid = [*said.stop(), *self._unsaid][-_UNSAID_KEPT:]
 
     def _ended_here(self, ex: _Exec, started: RunRecord) -> bool:
         """Whether a commit of ``ex`` (its answer lost: the connection dropped after the server
@@ -166,6 +187,9 @@ class LeaseLife(RuntimeHost):
         )
 
 
+# A runtime's ``_unsaid`` and ``_saying``, looked at and changed by its resumes in several
+# threads' event loops (``resume_sync``, a worker's): nothing is awaited while it is held
+WORDS = threading.RLock()
 _LOOK_AGAIN_S = 1.0  # (how often a resume waiting on another loop's saying looks at that loop)
 _UNSAID_KEPT = 1000  # (an outage of many runs: the oldest words beyond it are let go)
 

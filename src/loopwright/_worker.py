@@ -155,6 +155,7 @@ class Worker:
             await self._drive_run(run_id, token)
         finally:
             self._driving.discard(run_id)
+            self.runtime._undrive(run_id)
 
     async def _drive_run(self, run_id: str, token: int) -> None:
         store = self.runtime.store
@@ -348,6 +349,11 @@ class Worker:
             for run_id, token in claimed:
                 self.stats.claimed += 1
                 self._driving.add(run_id)  # until _drive ends
+                # ...and its runtime's from the claim, not from ``resume``'s start: a person's
+                # operation of this runtime (``edit_async``, ``cancel``) found it undriven
+                # meanwhile and took its lease again, the same owner, fencing the worker's
+                # execution out before its first cycle (lifecycle55)
+                self.runtime._count_driven(run_id)
                 active.add(asyncio.create_task(self._drive(run_id, token)))
             if not active:
                 done_claiming = self._stopping or (
