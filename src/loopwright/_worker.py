@@ -310,7 +310,10 @@ class Worker:
             if max_runs is not None:
                 free = min(free, max_runs - self.stats.claimed)
             claimed: list[tuple[str, int]] = []
-            if free > 0 and not self._stopping:
+            # (a runtime drained, or closing, which drains first, claims nothing more: each
+            # run claimed was wound down at once and handed back, then claimed again)
+            winding_down = self._stopping or self.runtime._draining
+            if free > 0 and not winding_down:
                 now = time.monotonic()
                 self._no_loop = {k: t for k, t in self._no_loop.items() if t > now}
                 claim: dict[str, Any] = {
@@ -356,7 +359,7 @@ class Worker:
                 self.runtime._count_driven(run_id)
                 active.add(asyncio.create_task(self._drive(run_id, token)))
             if not active:
-                done_claiming = self._stopping or (
+                done_claiming = winding_down or (
                     max_runs is not None and self.stats.claimed >= max_runs
                 )
                 if done_claiming or (once and not claimed):

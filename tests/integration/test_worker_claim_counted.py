@@ -67,3 +67,16 @@ def test_a_cancel_between_a_workers_claim_and_its_drive_is_asked(url: str) -> No
     assert not isinstance(answered, Exception)
     assert stats.lost == 0 and rec.status == "cancelled"
     assert rec.fencing_token == 1  # (the worker's execution stopped it at its boundary)
+
+
+def test_a_worker_of_a_drained_runtime_claims_nothing(url: str) -> None:
+    # A runtime drained (``rt.drain()``, or ``close`` begun: it drains first) winds its runs
+    # down at their next boundary; its worker kept claiming, each run claimed drained at once
+    # and handed back, claimed again: a claim loop until the runtime closed. It stops claiming.
+    with lw.Runtime(url) as rt:
+        run_id = rt.create(LOOP, TASK, task_key="k")[0].run_id
+        rt.drain()
+        w = Worker(rt, loops={"claimed": LOOP}, concurrency=1, poll_s=0.01)
+        stats = asyncio.run(w.run(max_runs=5))
+        assert stats.claimed == 0
+        assert rt.store.get_run(run_id).status == "pending"
