@@ -149,7 +149,7 @@ def test_a_request_asked_again_lasts_as_its_rule_says_whatever_the_writers_clock
         "cycle": 2,
         "expires_after_s": 600,
     }
-    again = _reversal._repark(o, [], 4, "ops", {"a1": prior}, now=5000.0)  # the store's now
+    again = _reversal.repark(o, [], 4, "ops", {"a1": prior}, now=5000.0)  # the store's now
     assert again.expires_at == 5600.0
 
 
