@@ -31,13 +31,7 @@ from ._parts import (
 )
 from ._plan import Planning, PlanStep, PlanTrack, StepStatus, task_plan
 from ._same_value import kinds_agree, same_value
-from ._stored_accounting import (
-    priced_spend,
-    stored_billed,
-    stored_cap_checks,
-    stored_held_out_spent,
-    stored_paid_cycles,
-)
+from ._stored_accounting import billed_of, cap_checks_of, held_out_of, paid_cycles_of, priced_row
 from ._usage import Usage
 
 __all__ = [
@@ -507,7 +501,7 @@ class TaskState(Planning):
             "retries": self.retries,
             "cycle": self.cycle,
             "spent": self.spent.to_dict(),
-            "held_out_spent": priced_spend(self.held_out_spent),
+            "held_out_spent": priced_row(self.held_out_spent),
             "billed": self.billed,
             "paid_cycles": self.paid_cycles,
             "answer_checks": self.answer_checks,
@@ -544,11 +538,11 @@ class TaskState(Planning):
             retries=dict(d.get("retries") or {}),
             cycle=int(d.get("cycle", 0)),
             spent=Usage.from_dict(d.get("spent")),
-            held_out_spent=stored_held_out_spent(d.get("held_out_spent")),
-            billed=stored_billed(d.get("billed")),
-            paid_cycles=stored_paid_cycles(d.get("paid_cycles")),
+            held_out_spent=held_out_of(d.get("held_out_spent")),
+            billed=billed_of(d.get("billed")),
+            paid_cycles=paid_cycles_of(d.get("paid_cycles")),
             answer_checks=int(d.get("answer_checks") or 0),
-            cap_checks=stored_cap_checks(d),
+            cap_checks=cap_checks_of(d),
             fenced_upto=int(d.get("fenced_upto") or 0),
             score=d.get("score"),
             best_score=d.get("best_score"),
