@@ -43,7 +43,7 @@ CAPS = 'The Loop keeps a "draft" of each_section. It Revises it until the checks
 CAPS_SMALL, CAPS_BIG = CAPS[:1500], CAPS[:15000]
 
 _TO_SPACE = bytes(c if chr(c) in shapes._NEEDLE_CHARS else 32 for c in range(256))
-_NEEDLES = tuple(n.encode() for n in shapes._PREFILTER)
+_NEEDLES = tuple(n.encode() for n in shapes.PREFILTER)
 _clean_runs: set[bytes] = set()
 
 
@@ -82,13 +82,13 @@ def pieces() -> dict[str, tuple[Callable[[], Any], str]]:
     fields = _redact.SECRET_FIELDS
     pats = _redact._key_patterns_of(fields)
     assert pats is not None
-    values = _redact._env_secrets()
+    values = _redact.env_secrets()
     assert _redact.redact_unique(whole) is whole  # clean: the path every trivial commit takes
-    assert _words(low) == shapes._triggered(low, passw=True)
-    assert _words(prose) == shapes._triggered(prose, passw=True)
+    assert _words(low) == shapes.triggered(low, passw=True)
+    assert _words(prose) == shapes.triggered(prose, passw=True)
     return {
         "redact": (lambda: _redact.redact_unique(whole), "the commit's whole net"),
-        "env": (_redact._env_secrets, "the environment check"),
+        "env": (_redact.env_secrets, "the environment check"),
         "dumps": (
             lambda: orjson.dumps(whole, option=_redact._AS_STORED).decode(),
             "the JSON text scanned",
@@ -98,20 +98,20 @@ def pieces() -> dict[str, tuple[Callable[[], Any], str]]:
             "the scan of that text",
         ),
         "lower": (TEXT.lower, "its lower-cased copy"),
-        "triggered": (lambda: shapes._triggered(low, passw=True), "the prefilter"),
-        "upper": (lambda: shapes._upper_triggered(TEXT, low), "the capitals' pre-check"),
+        "triggered": (lambda: shapes.triggered(low, passw=True), "the prefilter"),
+        "upper": (lambda: shapes.upper_triggered(TEXT, low), "the capitals' pre-check"),
         "words": (lambda: _words(low), "the prefilter, runs of needle characters (not kept)"),
-        "prose": (lambda: shapes._triggered(prose, passw=True), "the prefilter, 1.5 KB prose"),
+        "prose": (lambda: shapes.triggered(prose, passw=True), "the prefilter, 1.5 KB prose"),
         "words-prose": (lambda: _words(prose), "the variant, 1.5 KB prose (not kept)"),
         "upper-caps": (
-            lambda: shapes._upper_triggered(CAPS_SMALL, caps_small),
+            lambda: shapes.upper_triggered(CAPS_SMALL, caps_small),
             "the capitals' pre-check, 1.5 KB prose with capitals",
         ),
         "upper-caps-big": (
-            lambda: shapes._upper_triggered(CAPS_BIG, caps_big),
+            lambda: shapes.upper_triggered(CAPS_BIG, caps_big),
             "the capitals' pre-check, 15 KB prose with capitals",
         ),
-        "prose-big": (lambda: shapes._triggered(caps_big, passw=True), "the prefilter, 15 KB"),
+        "prose-big": (lambda: shapes.triggered(caps_big, passw=True), "the prefilter, 15 KB"),
     }
 
 

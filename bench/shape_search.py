@@ -1,5 +1,5 @@
 """The redaction net's shape search, whole text against anchored (stop 51): µs per KB of
-``_SHAPES.sub(_shape, text)`` (the search before stop 51) and of ``shapes_sub`` (tried only
+``SHAPES.sub(masked_shape, text)`` (the search before stop 51) and of ``shapes_sub`` (tried only
 where a shape can start) on the LDB programs (code), the docs (prose) and each unit of
 ``bench/redact_adversarial.py`` repeated to SIZE characters; the best of three runs each.
 Checks that both give the same text.
@@ -20,7 +20,8 @@ from pathlib import Path
 from redact_adversarial import UNITS
 
 from loopwright._redact_anchors import shapes_sub
-from loopwright._redact_shapes import _SHAPES, _shape
+from loopwright._redact_shapes import SHAPES
+from loopwright._redact_substitutions import masked_shape
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,7 +39,7 @@ def _prose() -> str:
 
 
 def _whole(s: str) -> str:
-    return _SHAPES.sub(_shape, s)
+    return SHAPES.sub(masked_shape, s)
 
 
 def _anchored(s: str) -> str:

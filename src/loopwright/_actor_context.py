@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _decide as rules
-from ._copy_on_read import _CopyOnRead, _json_copy
+from ._copy_on_read import CopyOnRead, json_copy
 from ._exec import Execution as _Exec
 from ._gates import Gates
 from ._group import GroupRecall
@@ -52,11 +52,11 @@ class ActorContext(Gates):
             s.goal,
             # The task's reserved ``held_out`` key (hidden tests, expected answers) is for
             # held-out verifiers only; the actor never sees it (invariant 3).
-            _CopyOnRead(  # (``copied_on_read`` without its call, as below)
+            CopyOnRead(  # (``copied_on_read`` without its call, as below)
                 task
                 if HELD_OUT_KEY not in task
                 else {k: v for k, v in task.items() if k != HELD_OUT_KEY},
-                _json_copy,
+                json_copy,
             ),
             _copied_on_read(s.values()),
             _copied_on_read(s.accepted_values()),
@@ -94,7 +94,7 @@ class ActorContext(Gates):
             items = recall(self.store, scopes, query, ranked=ex.loop.recall_ranked)
         except Exception:  # memory is best effort: a failing store never fails a cycle
             return ()
-        return _shown(items) if items else ()
+        return shown_items(items) if items else ()
 
     async def _recall(self, ex: _Exec) -> tuple[dict[str, Any], ...]:
         """Feedback memory for this task and project (never another project's). Runs sharing
@@ -109,7 +109,7 @@ class ActorContext(Gates):
             items = recall(self.store, scopes, query, ranked=ranked, found=found)
         except Exception:  # memory is best effort: a failing store never fails a cycle
             return ()
-        return _shown(items) if items else ()
+        return shown_items(items) if items else ()
 
     def _recaller(self) -> GroupRecall:
         loop = asyncio.get_running_loop()
@@ -123,7 +123,7 @@ def _copied_on_read(artifacts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any
     built directly: no call of ``copied_on_read`` an artifact)."""
     out: dict[str, Any] = {}
     for name, values in artifacts.items():
-        out[name] = _CopyOnRead(values, _json_copy)
+        out[name] = CopyOnRead(values, json_copy)
     return out
 
 
@@ -136,7 +136,7 @@ def _asked(s: TaskState) -> tuple[list[tuple[str, str | None]], str]:
     return recall_scopes(s.task_key, s.project), " ".join(said)
 
 
-def _shown(items: Sequence[MemoryItem]) -> tuple[dict[str, Any], ...]:
+def shown_items(items: Sequence[MemoryItem]) -> tuple[dict[str, Any], ...]:
     """Recalled items as a context shows them; one whose rule or source holds a held-out
     marker (a row written before ``FeedbackMemory.add`` screened them, or into the store past
     it) is left out, with a warning: held-out verdicts never reach an actor (invariant 3)."""

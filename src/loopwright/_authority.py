@@ -72,7 +72,7 @@ BUILTIN_ROLES: dict[str, frozenset[str]] = {
 }
 _NEEDS = {"read": "viewer", "operate": "operator", "decide": "approver", "admin": "admin"}
 # Names loopwright itself decides under: never a person.
-_SYSTEM = frozenset({"loopwright", EARNED_BY})
+SYSTEM_ACTORS = frozenset({"loopwright", EARNED_BY})
 
 
 def new_token() -> str:
@@ -108,7 +108,7 @@ def check_person(who: str, field: str = "by") -> None:
     if bad is not None:
         raise ConfigError(f"a person's name {bad}", field=field)
     name = who.strip().lower()
-    if name in _SYSTEM or name.startswith("policy:"):
+    if name in SYSTEM_ACTORS or name.startswith("policy:"):
         raise ConfigError(
             f"{who.strip()!r} is the name loopwright records its own decisions under: say who "
             "you are (--by NAME, or a user's token)",
@@ -240,7 +240,7 @@ def _actions(req: Approval) -> list[tuple[str, float | None]]:
         # the argument the rule reads (its ``field``), as for the effect it undoes: "amount"
         # alone let a limited approver approve the refund of a payment above their limit
         field = str((ev.get("who") or {}).get("field") or "amount")
-        return [(str(ev.get("kind") or "compensation"), _amount(ev.get("args") or {}, field))]
+        return [(str(ev.get("kind") or "compensation"), amount_of(ev.get("args") or {}, field))]
     out = []
     for need in ev.get("needs") or ():
         if need.get("kind") == "effect":
@@ -255,7 +255,7 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def _amount(args: Mapping[str, Any], field: str) -> float | None:
+def amount_of(args: Mapping[str, Any], field: str) -> float | None:
     return _number(args.get(field))
 
 

@@ -24,16 +24,16 @@ def settle_owed(store: Store, ex: Execution, cycle: int) -> None:
     for key, e in list(ex.retries.items()):
         if e.cycle != cycle or key in ex.asked or e.status == "retired":
             continue
-        billed = _billed(e.data)
-        if not billed or (e.status == "settled" and _charged(store, ex, e)):
+        billed = billed_attempts(e.data)
+        if not billed or (e.status == "settled" and cycle_charged(store, ex, e)):
             continue
         ex.asked.add(key)
         scope = key.removeprefix("retry:").rpartition(":")[0]
-        ex.events.extend(_lost_events(cycle, scope, e))  # the trace adds them up too
+        ex.events.extend(lost_events(cycle, scope, e))  # the trace adds them up too
         charge(ex, scope, billed)
 
 
-def _paid(got: Any) -> Usage | None:
+def paid_usage(got: Any) -> Usage | None:
     """What a call that succeeded was billed (an actor's proposal, a verifier's verdict), if
     anything."""
     usage = getattr(got, "usage", None)
@@ -42,14 +42,14 @@ def _paid(got: Any) -> Usage | None:
     return None
 
 
-def _lost(data: Mapping[str, Any]) -> list[Any]:
+def lost_answers(data: Mapping[str, Any]) -> list[Any]:
     """The answers of earlier killed attempts of a call, as journaled: ``lost`` and ``ok``."""
     lost = data.get("lost")
     ok = data.get("ok")
     return [*(lost if isinstance(lost, list) else ()), *([ok] if isinstance(ok, list) else ())]
 
 
-def _lost_events(cycle: int, scope: str, entry: JournalEntry) -> list[NewEvent]:
+def lost_events(cycle: int, scope: str, entry: JournalEntry) -> list[NewEvent]:
     """A ``retry`` event for each answer of ``scope``'s call a killed cycle lost (billed,
     charged again by the redone cycle), with its usage."""
     return [
@@ -66,18 +66,18 @@ def _lost_events(cycle: int, scope: str, entry: JournalEntry) -> list[NewEvent]:
                 "usage": {"cost_usd": float(c or 0.0), "tokens": int(t or 0)},
             },
         )
-        for c, t in _lost(entry.data)
+        for c, t in lost_answers(entry.data)
     ]
 
 
-def _owed_message(who: str, reason: str) -> str:
+def owed_message(who: str, reason: str) -> str:
     return (
         f"what {who} was billed in this cycle before the process stopped (a restart) crossed "
         f"the {_budget_word(reason)} budget"
     )
 
 
-def _crossed_with(ex: Execution, billed: Iterable[Usage]) -> str | None:
+def crossed_with(ex: Execution, billed: Iterable[Usage]) -> str | None:
     """The budget the run's spend uses up once ``billed`` is charged too, if any (checked
     before another attempt of the call starts): reached or crossed, when ``billed`` is
     anything (the call bills: the next attempt would cross it); crossed only, when it is
@@ -90,7 +90,7 @@ def _crossed_with(ex: Execution, billed: Iterable[Usage]) -> str | None:
     return (budget_exhausted if paid else budget_crossed)(ex.contract, spent)
 
 
-def _charged(store: Store, ex: Execution, entry: JournalEntry) -> bool:
+def cycle_charged(store: Store, ex: Execution, entry: JournalEntry) -> bool:
     """Whether a checkpoint after a settled retry entry's ``base_seq`` recorded its cycle (the
     spend of the call's failed attempts committed with it). Read only for a settled entry
     asked for again: a few checkpoints, those since the settle."""
@@ -107,10 +107,10 @@ def owes(store: Store, ex: Execution, entry: JournalEntry) -> bool:
     """Whether a retry entry holds billing its cycle has not been charged: a billed answer or
     failed attempts of a cycle not yet recorded (a ``settled`` or ``gave_up`` one's cycle
     not committed since; a ``waiting`` one's call not ended)."""
-    if not _billed(entry.data):
+    if not billed_attempts(entry.data):
         return False
     return entry.status == "waiting" or (
-        entry.status in ("settled", "gave_up") and not _charged(store, ex, entry)
+        entry.status in ("settled", "gave_up") and not cycle_charged(store, ex, entry)
     )
 
 
@@ -144,7 +144,7 @@ def fenced_bill(ex: Execution, who: str, usage: Usage) -> None:
 _NONE = Usage()
 
 
-def _over_message(who: str, reason: str) -> str:
+def over_message(who: str, reason: str) -> str:
     return (
         f"what the failed attempts of {who} were billed crossed the {_budget_word(reason)} budget"
     )
@@ -154,7 +154,7 @@ def _budget_word(reason: str) -> str:
     return "cost" if reason == "budget_cost" else "token" if reason == "budget_tokens" else "time"
 
 
-def _billed(data: Mapping[str, Any]) -> tuple[Usage, ...]:
+def billed_attempts(data: Mapping[str, Any]) -> tuple[Usage, ...]:
     """What each earlier attempt was billed, as journaled: ``each`` (and ``ok``, the attempt
     that succeeded in a cycle that was never committed), or the total ``billed`` as one (an
     entry written before attempts were listed), or none (before either was)."""

@@ -12,18 +12,18 @@ from typing import Any
 from . import _calls
 from ._backoff import backoff, left_of
 from ._call_billing import (
-    _billed,
-    _charged,
-    _crossed_with,
-    _lost,
-    _lost_events,
-    _over_message,
-    _owed_message,
-    _paid,
+    billed_attempts,
     charge,
+    crossed_with,
+    cycle_charged,
     fenced_bill,
+    lost_answers,
+    lost_events,
+    over_message,
+    owed_message,
+    paid_usage,
 )
-from ._calls import _PLAIN, CallTimeout, _awaitable, call_user
+from ._calls import PLAIN_TYPES, CallTimeout, call_user, is_awaitable
 from ._errors import ConfigError, StaleLeaseError
 from ._exec import Execution, GaveUp, OutOfTime, OverBudget, error_info, priced_dict
 from ._modelcalls import MODEL_CALL, SINK
@@ -74,7 +74,7 @@ async def call_with_retry(
     # that is committed (a cycle judged again after a wait) this is a new call, its earlier
     # failures neither charged again nor counted; if it never was (a crash first: a resume's
     # status commit records no cycle), the cycle is redone and still owes them.
-    if entry is not None and entry.status == "settled" and _charged(store, ex, entry):
+    if entry is not None and entry.status == "settled" and cycle_charged(store, ex, entry):
         entry = None
     # What this call's failed attempts cost (a malformed reply's tokens), journaled with each
     # failed attempt: charged when the call ends, whether it succeeds or not, even after a
@@ -85,7 +85,7 @@ async def call_with_retry(
     else:
         failed = entry.attempts
         first_at = float(entry.data.get("first_at", time.time()))
-        billed = _billed(entry.data)
+        billed = billed_attempts(entry.data)
         if billed and entry.status == "settled":
             # owed by a cycle killed before its commit (a billed call that succeeded, failed
             # attempts): charged first; past a budget, no new call is made (invariant 7: a
@@ -93,10 +93,10 @@ async def call_with_retry(
             # Their answers were lost with the killed cycle's events: a ``retry`` event each,
             # committed with whatever ends this cycle, carries what it was billed, so the
             # call's span (and the trace) adds up to the spend charged here.
-            ex.events.extend(_lost_events(cycle, scope, entry))
-            crossed = _crossed_with(ex, billed)
+            ex.events.extend(lost_events(cycle, scope, entry))
+            crossed = crossed_with(ex, billed)
             if crossed is not None:
-                over = OverBudget(crossed, _owed_message(_who(scope), crossed))
+                over = OverBudget(crossed, owed_message(_who(scope), crossed))
                 over.billed = billed
                 raise over
         stop = entry.data.get("budget") if entry.status == "gave_up" else None
@@ -107,7 +107,7 @@ async def call_with_retry(
             late.billed = billed
             raise late
         if isinstance(stop, str):  # its failed attempts had crossed a budget (_failed_attempt)
-            over = OverBudget(stop, _over_message(_who(scope), stop))
+            over = OverBudget(stop, over_message(_who(scope), stop))
             over.billed = billed
             raise over
         if entry.status == "gave_up" or failed >= policy.attempts:
@@ -144,7 +144,7 @@ async def call_with_retry(
                 # no coroutine of its own a call, two calls a cycle
                 t0 = perf_counter()
                 result = fn(*args)  # (a TimeoutError of its own is its own: ``call_user``)
-                if type(result) not in _PLAIN and _awaitable(result):
+                if type(result) not in PLAIN_TYPES and is_awaitable(result):
                     result = await result
                 got = (result, perf_counter() - t0)
             else:
@@ -181,12 +181,12 @@ async def call_with_retry(
             ex.events.extend(_call_events(cycle, scope, failed + 1, made, "ok"))
         if billed:
             charge(ex, scope, billed)  # the failed attempts before this one
-        paid = _paid(got[0])
+        paid = paid_usage(got[0])
         if entry is not None or failed or paid is not None:
             # Charged with the next checkpoint: recorded, so that this call asked again (the
             # cycle judged again after a wait) does not charge or count them twice. A billed
             # call is journaled before its cycle commits: the provider billed it, so a cycle
-            # killed before its commit still owes it when redone (read back by ``_billed``).
+            # killed before its commit still owes it when redone (read back by ``billed_attempts``).
             settled = ex.retries.get(key) or entry
             data = {**(settled.data if settled else {}), "base_seq": ex.seq}
             if paid is not None:
@@ -194,7 +194,7 @@ async def call_with_retry(
                 data["ok"] = [paid.cost_usd, paid.tokens]
                 # answers charged here without an event of their own (killed again, the
                 # events written above are lost with this cycle too)
-                data["lost"] = _lost(entry.data) if entry is not None else []
+                data["lost"] = lost_answers(entry.data) if entry is not None else []
             put: dict[str, Any] = {
                 "run_id": ex.run_id,
                 "token": ex.token,
@@ -285,7 +285,7 @@ async def _failed_attempt(
             # Invariant 7: at most the call in flight overshoots a budget. What the failed
             # attempts were billed counts before another is made (charged in this order when
             # the call ends: replay checks the cycle's calls the same way).
-            over = _crossed_with(ex, billed)
+            over = crossed_with(ex, billed)
             if over is not None:
                 delay = None
     status = "gave_up" if delay is None else "waiting"
@@ -347,7 +347,7 @@ async def _failed_attempt(
             )
         ) from exc
     if over is not None:
-        raise billing(OverBudget(over, _over_message(who, over))) from exc
+        raise billing(OverBudget(over, over_message(who, over))) from exc
     if delay is None:
         raise billing(GaveUp(kind, error_info(scope, exc), failed, exc)) from exc
     ex.at(f"backoff:{scope}")

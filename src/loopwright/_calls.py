@@ -184,15 +184,15 @@ def _set(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> No
 # verdict): known after one look, so the common call skips ``inspect.isawaitable``'s ABC test.
 # Awaitability is a property of the type (``__await__``), but for generators (a flag of the
 # code object), which are never added.
-_PLAIN: set[type] = set()
+PLAIN_TYPES: set[type] = set()
 
 
-def _awaitable(result: Any) -> bool:
+def is_awaitable(result: Any) -> bool:
     if inspect.isawaitable(result):
         return True
     kind = type(result)
-    if kind is not types.GeneratorType and len(_PLAIN) < 256:
-        _PLAIN.add(kind)
+    if kind is not types.GeneratorType and len(PLAIN_TYPES) < 256:
+        PLAIN_TYPES.add(kind)
     return False
 
 
@@ -224,7 +224,7 @@ async def call_user(
                 result = await result
         elif timeout is None:
             result = fn(*args)
-            if type(result) not in _PLAIN and _awaitable(result):
+            if type(result) not in PLAIN_TYPES and is_awaitable(result):
                 result = await result
         elif _is_async(fn):
             result = await asyncio.wait_for(_own_timeout(fn(*args)), timeout)

@@ -23,7 +23,7 @@ from ._exec import (
     memory_shown,
     no_attempt,
 )
-from ._gates import _effect, call_digest, edit_kept
+from ._gates import call_digest, edit_kept, effect_for
 from ._host import RuntimeHost
 from ._person_edits import person_edit
 from ._proposal import Proposal, Verdict
@@ -79,7 +79,7 @@ class Concluding(RuntimeHost):
 
             # Never start an effect once a budget is crossed, or reached unless the effect is
             # known to bill nothing (invariant 7; ``call_stop``).
-            first = _effect(ex.loop, calls[0])
+            first = effect_for(ex.loop, calls[0])
             crossed = budget_before(ex, f"effect:{calls[0].name}", free=first.free)
             if crossed:
                 ex.state.pending = None
@@ -98,7 +98,7 @@ class Concluding(RuntimeHost):
                 # function again: one that raises now escalates as it would have then (it
                 # escaped as a traceback, and the run could not be resumed).
                 try:
-                    keys = [key_of(_effect(ex.loop, c), ex.run_id, n, c) for c in calls]
+                    keys = [key_of(effect_for(ex.loop, c), ex.run_id, n, c) for c in calls]
                 except ConfigError as exc:  # a key that raised, names no action, or names a redo
                     ex.state.pending = None
                     why = "an effect's key cannot be used"
@@ -150,7 +150,7 @@ class Concluding(RuntimeHost):
                 if cancel and self._stop_asked(ex, why, boundary=False):
                     return True
             for i, c in enumerate(calls):
-                eff = _effect(ex.loop, c)
+                eff = effect_for(ex.loop, c)
                 outcome = await perform_effect(
                     self.store,
                     ex,
@@ -187,7 +187,7 @@ class Concluding(RuntimeHost):
                     settle = outcome.key if hint else None
                 elif i + 1 < len(calls):
                     rest = [x.name for x in calls[i + 1 :]]
-                    nxt = _effect(ex.loop, calls[i + 1])
+                    nxt = effect_for(ex.loop, calls[i + 1])
                     crossed = budget_before(ex, f"effect:{nxt.name}", free=nxt.free)
                     if crossed:
                         # during an effect that billed; else the budget stood as it was (one

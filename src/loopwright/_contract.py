@@ -15,8 +15,8 @@ from typing import Any, Literal, cast
 
 from . import _shapes as shapes
 from ._contract_rules import (
-    _MARK_REFUSED,
     DEFAULT_MAX_CYCLES,
+    MARK_REFUSED,
     Budget,
     Escalation,
     MarginalReturn,
@@ -86,7 +86,7 @@ def refuse_engine_marks(tables: object) -> None:
     dropped the author's own ``max_cycles = 1000``."""
     budget = tables.get("budget") if isinstance(tables, Mapping) else None
     if isinstance(budget, Mapping) and "max_cycles_default" in budget:
-        raise ConfigError(_MARK_REFUSED, field="contract.budget.max_cycles_default")
+        raise ConfigError(MARK_REFUSED, field="contract.budget.max_cycles_default")
 
 
 TERMINAL_STATUSES = frozenset({"accepted", "stopped", "escalated", "cancelled", "failed"})
@@ -273,7 +273,7 @@ class Contract:
         budget = data.get("budget") if isinstance(data, Mapping) else None
         if isinstance(budget, Mapping) and budget.get("max_cycles_default") is True:
             raise ConfigError(
-                _MARK_REFUSED + " (a run's stored contract carries it: resume, fork and replay "
+                MARK_REFUSED + " (a run's stored contract carries it: resume, fork and replay "
                 "that run load it as it is)",
                 field="contract.budget.max_cycles_default",
             )

@@ -62,7 +62,7 @@ def engine_marks() -> Iterator[None]:
         _ENGINE_MARKS.reset(token)
 
 
-_MARK_REFUSED = (
+MARK_REFUSED = (
     "is the engine's mark of its default cycle ceiling, which a contract with only "
     "spend budgets is given, not a setting: leave it out (budget.max_cycles sets a "
     "cycle cap of your own)"
@@ -206,7 +206,7 @@ class Budget:
             raise ConfigError("must be true or false", field="contract.budget.max_cycles_default")
         if self.max_cycles_default and not _ENGINE_MARKS.get():
             raise ConfigError(
-                _MARK_REFUSED + " (a budget copied from a run's contract with "
+                MARK_REFUSED + " (a budget copied from a run's contract with "
                 "dataclasses.replace carries it: pass max_cycles_default=False)",
                 field="contract.budget.max_cycles_default",
             )

@@ -8,14 +8,14 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from . import _json
-from ._parts import Artifact, Part, Version, VersionLoader, _bind, part_ref
+from ._parts import Artifact, Part, Version, VersionLoader, bind, part_ref
 
 __all__ = ["copied_on_read"]
 
 _V = TypeVar("_V")
 
 
-class _CopyOnRead(dict[str, _V]):
+class CopyOnRead(dict[str, _V]):
     """A mapping of a ``TaskState.detached`` copy (an artifact's parts, the task): each entry
     is replaced by ``copy(key, value)`` the first time it is read (``[]``, ``get``, ``items``,
     ``values``, copies), so that nothing read through it is shared with the state it came
@@ -39,7 +39,7 @@ class _CopyOnRead(dict[str, _V]):
 
     def _all(self) -> None:
         stale = [k for k in dict.keys(self) if k not in self._fresh]
-        if self._copy is _json_copy and stale:
+        if self._copy is json_copy and stale:
             # Values: every container copied in one JSON round trip, not one each (an actor
             # that puts the whole context in a prompt reads every part, every cycle).
             get = dict.__getitem__
@@ -97,13 +97,13 @@ class _CopyOnRead(dict[str, _V]):
         return dict(dict.items(self))
 
 
-def _detached_artifact(a: Artifact, loader: VersionLoader | None) -> Artifact:
-    out = Artifact(a.name, _CopyOnRead(a.parts, _part_copier(a.name, loader)))
+def detached_artifact(a: Artifact, loader: VersionLoader | None) -> Artifact:
+    out = Artifact(a.name, CopyOnRead(a.parts, _part_copier(a.name, loader)))
     out._source = a
     return out
 
 
-def _json_copy(_key: str, value: Any) -> Any:
+def json_copy(_key: str, value: Any) -> Any:
     return _json.round_trip(value) if isinstance(value, dict | list) else value
 
 
@@ -111,16 +111,16 @@ def copied_on_read(values: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` (a part's values, the task) as user code is handed them: each list or dict
     copied the first time it is read, so that changing what was read in place changes
     nothing of the run's state, and the copy costs what is read."""
-    return _CopyOnRead(values, _json_copy)
+    return CopyOnRead(values, json_copy)
 
 
 def _part_copier(artifact: str, loader: VersionLoader | None) -> Callable[[str, Part], Part]:
     def copy(name: str, p: Part) -> Part:
         """A copy of ``p`` that shares no changeable object with it."""
-        bound = p.loader if loader is None else _bind(loader, part_ref(artifact, name))
+        bound = p.loader if loader is None else bind(loader, part_ref(artifact, name))
         q = Part(p.name, count=p.count, loader=bound)
         for n, v in p.known.items():
-            q.known[n] = Version(v.n, _json_copy(name, v.value), v.cycle, v.status)
+            q.known[n] = Version(v.n, json_copy(name, v.value), v.cycle, v.status)
         return q
 
     return copy

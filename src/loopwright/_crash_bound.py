@@ -32,7 +32,7 @@ _STARTS = frozenset({"started", "resumed"})
 # log: a lost lease is said after the executor that took the run over has started, maybe
 # died. A ``drained`` without a lease (written before leases were named) is read as it was
 # then: a handoff.
-_LEFT_ALIVE = frozenset({"drained", "interrupted"})
+LEFT_ALIVE = frozenset({"drained", "interrupted"})
 LEASE_LOST = "lease lost"  # (the one such word written late, by an executor taken over)
 _PAGE = 16  # (a crashed execution leaves one event; a page or two reach the count's end)
 
@@ -62,7 +62,7 @@ def crashes_and_alive(
     lease of the execution asking (the one after the last in the log).
 
     Read backwards up to a ``_HANDED_OVER`` event. Each execution met (its start event) died
-    unless it said it stopped alive (``_LEFT_ALIVE``, by its lease); so did the one that
+    unless it said it stopped alive (``LEFT_ALIVE``, by its lease); so did the one that
     concluded ``cycle`` (its ``decision`` met before its start, naming its lease), unless its
     lease said so. (A decision of an older log names none: a word after it, or one by the lease
     before its successor's, a takeover taking the lease before plus one.) An event written
@@ -86,13 +86,13 @@ def crashes_and_alive(
         for e in page:
             kind = e.kind
             if kind in _STARTS:
-                lease = _lease(e)
+                lease = event_lease(e)
                 met.append(lease)
                 if e.cycle < cycle:
                     break
                 after, said = lease, False
-            elif kind in _LEFT_ALIVE:
-                lease = _lease(e)
+            elif kind in LEFT_ALIVE:
+                lease = event_lease(e)
                 if lease is None:
                     break
                 alive.add(lease)
@@ -110,7 +110,7 @@ def crashes_and_alive(
                 # an older log names none: a word under its lease after it, or one said late
                 # by the lease before its successor's (a takeover's; a person's operation
                 # between them took a lease too, and this over-counted: crash54)
-                lease = _lease(e)
+                lease = event_lease(e)
                 if lease is not None:
                     concluder = 0 if lease in alive else 1
                 else:
@@ -126,7 +126,7 @@ def crashes_and_alive(
         return ReadBack(concluder + crashed, frozenset(alive), fenced, held, last)
 
 
-def _lease(e: Event) -> int | None:
+def event_lease(e: Event) -> int | None:
     """The lease an execution's event names (none in a log written before they did)."""
     lease = e.data.get("lease")
     return lease if isinstance(lease, int) and not isinstance(lease, bool) else None

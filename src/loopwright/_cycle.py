@@ -33,7 +33,7 @@ from ._exec import (
     priced_dict,
 )
 from ._frozen import twin_of
-from ._gates import _approved, _effect, approved_as_reuses, given_keys, reuse_gone
+from ._gates import already_approved, approved_as_reuses, effect_for, given_keys, reuse_gone
 from ._plan import check_new_steps
 from ._proposal import Proposal, Verdict
 from ._question import Question
@@ -432,7 +432,7 @@ class Cycle(ActorContext):
         calls: list[EffectCall] = []
         held_back: list[str] = []
         if proposal.effects:  # (most proposals ask for none: nothing to walk)
-            calls = [c for c in proposal.effects if ok or not _effect(loop, c).requires_success]
+            calls = [c for c in proposal.effects if ok or not effect_for(loop, c).requires_success]
             held_back = [c.name for c in proposal.effects if c not in calls]
         if held_back:
             ex.events.append(
@@ -475,7 +475,7 @@ class Cycle(ActorContext):
                 }
             )
         if given:
-            needs = [x for x in needs if not _approved(x, given) or reuse_gone(x, given)]
+            needs = [x for x in needs if not already_approved(x, given) or reuse_gone(x, given)]
         if needs:
             # the rule's question, unless its answer is among what was approved already
             asked = hit is not None and any(x["kind"] == "question" for x in needs)

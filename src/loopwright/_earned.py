@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._authority import _SYSTEM, _amount, requesters, same_person
+from ._authority import SYSTEM_ACTORS, amount_of, requesters, same_person
 from ._errors import ConfigError
 from ._policy import EarnedAuthority
 from .store import RunRecord, Store, UserRecord
@@ -84,7 +84,7 @@ def authority_status(
         revoked: list[tuple[float, str]] = []
         approved: list[tuple[float, str]] = []
         for aid, run_id, at, status, by, ev in record.decisions:
-            if g.kind not in _kinds(ev) or by in _SYSTEM:
+            if g.kind not in _kinds(ev) or by in SYSTEM_ACTORS:
                 continue
             if "needs" not in ev:
                 # A compensation's request. Approving a refund earns nothing; denying one
@@ -120,7 +120,7 @@ def earned_counts(
     cause), and is none of this run's requesters where the rule separates duties. Earned
     authority never approves more than the people who earned it could."""
     roles = {str(r) for r in (who.get("roles") or ([who["role"]] if who.get("role") else []))}
-    amount = _amount(args, str(who.get("field") or "amount"))
+    amount = amount_of(args, str(who.get("field") or "amount"))
     asked = requesters(store, run) if who.get("separate") else set()
     users = store.has_users()
     known: dict[str, UserRecord | None] = {}

@@ -64,7 +64,7 @@ class EffectOutcome:
         }
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """``value`` as it is recorded: JSON, secrets masked (invariant 9). An effect's result is
     recorded, shown to the actor and reused by later runs of the key in this form, whether
     it was just made or read back after a crash, so both see the same."""
@@ -247,8 +247,8 @@ class EffectJournal:
         except Exception as exc:
             return "error", f"the reconcile hook raised {type(exc).__name__}: {exc_text(exc)}", None
         if isinstance(found, EffectResult):  # it happened (even with no value): its cost
-            return "done", _jsonable(found.value), found.usage
-        return ("done", _jsonable(found), None) if found is not None else ("not_done", None, None)
+            return "done", jsonable(found.value), found.usage
+        return ("done", jsonable(found), None) if found is not None else ("not_done", None, None)
 
     async def by_reconcile(
         self, doubt: str, info: dict[str, Any] | None, attempts: int

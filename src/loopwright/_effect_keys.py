@@ -1,7 +1,7 @@
 """Effect keys: the idempotency key a call is handed (``key_of``), an undone or refused
-action's redo generation (``redo_key``, ``_call_key``), whether a failure refused the call
-(``_refused``: its key spent), and whether this run's undoing of an execution is unsettled
-(``_undo_unsettled``) — what ``_effect_run.perform_effect`` asks before a call.
+action's redo generation (``redo_key``, ``next_call_key``), whether a failure refused the call
+(``refused_by_world``: its key spent), and whether this run's undoing of an execution is unsettled
+(``undo_unsettled``) — what ``_effect_run.perform_effect`` asks before a call.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from ._effects import Effect, EffectCall, _canon
+from ._effects import Effect, EffectCall, canon
 from ._errors import ConfigError
 from ._retry import RefusedError
 from .store import EffectClaim, JournalEntry, Store
@@ -45,9 +45,9 @@ def key_of(eff: Effect, run_id: str, cycle: int, call: EffectCall) -> tuple[str,
 
 
 def args_digest(recorded: Any) -> str:
-    """The digest of a call's arguments as recorded (``_effect_journal._jsonable``) that its claim
+    """The digest of a call's arguments as recorded (``_effect_journal.jsonable``) that its claim
     keeps (``args_hash``): a claim done with another digest was done with other arguments."""
-    return hashlib.sha256(_canon(recorded).encode()).hexdigest()[:24]
+    return hashlib.sha256(canon(recorded).encode()).hexdigest()[:24]
 
 
 def redo_key(key: str, generation: int) -> str:
@@ -62,7 +62,7 @@ def _redo_like(key: str) -> bool:
     return bool(sep and head and gen.isdigit())
 
 
-def _refused(exc: BaseException) -> bool:
+def refused_by_world(exc: BaseException) -> bool:
     """Whether ``exc`` says the outside world refused the call, having done nothing: user
     code's ``RefusedError``, raised for a refusal (a declined card). Anything else may have
     come after it acted, so its next attempt keeps the key: a bug in the effect, a timeout,
@@ -74,7 +74,7 @@ def _refused(exc: BaseException) -> bool:
     return isinstance(exc, RefusedError)
 
 
-def _undo_unsettled(store: Store, run_id: str, name: str, ikey: str) -> JournalEntry | None:
+def undo_unsettled(store: Store, run_id: str, name: str, ikey: str) -> JournalEntry | None:
     """This run's compensation of its execution ``ikey`` of effect ``name`` when one started
     and was not refused (``intent``, ``waiting``, ``in_doubt``, ``failed`` in a way that may
     have acted, or ``done`` with the original not yet marked undone: a crash between the two
@@ -98,7 +98,7 @@ def _undo_unsettled(store: Store, run_id: str, name: str, ikey: str) -> JournalE
 _SPENT = ("compensated", "refused")
 
 
-def _call_key(
+def next_call_key(
     store: Store, kind: str, action: str, generation: int, entry: JournalEntry | None
 ) -> tuple[int, str]:
     """The redo generation of a business key's call about to start, and the key handed to the

@@ -16,18 +16,18 @@ from ._backoff import backoff, left_of, since
 from ._calls import CallTimeout, call_user
 from ._crash_bound import crash_bound
 from ._effect_holders import running_here, tracked
-from ._effect_journal import EffectJournal, EffectOutcome, _jsonable
+from ._effect_journal import EffectJournal, EffectOutcome, jsonable
 from ._effect_keys import (
-    _call_key,
-    _refused,
-    _undo_unsettled,
     args_digest,
     key_of,
+    next_call_key,
     redo_key,
+    refused_by_world,
     reuse_standing,
     undid_for_origin,
+    undo_unsettled,
 )
-from ._effects import Effect, EffectCall, EffectResult, _canon
+from ._effects import Effect, EffectCall, EffectResult, canon
 from ._errors import EffectKeyHeld, EffectKeyMoved
 from ._exec import Execution, error_info, exc_text
 from ._retry import RetryPolicy
@@ -87,7 +87,7 @@ async def perform_effect(
     ikey = redo_key(ikey, chain)
     jkey = f"effect:{ikey}"
     policy = eff.retry or _DEFAULT_EFFECT_RETRY
-    base: dict[str, Any] = {"name": eff.name, "kind": eff.kind, "args": _jsonable(dict(call.args))}
+    base: dict[str, Any] = {"name": eff.name, "kind": eff.kind, "args": jsonable(dict(call.args))}
     if not business and generation != chain:
         # a run-scoped key handed again (its journal key is the next): recorded with its intent
         base["generation"], base["call_key"] = generation, redo_key(action, generation)
@@ -142,16 +142,16 @@ async def perform_effect(
         base["generation"] = standing.generation
         base["call_key"] = redo_key(action, standing.generation)
     elif business and (entry is None or stale or entry.status in ("intent", "waiting")):
-        # the key this call hands the effect, recorded with its intent (``_call_key``)
-        base["generation"], base["call_key"] = _call_key(
+        # the key this call hands the effect, recorded with its intent (``next_call_key``)
+        base["generation"], base["call_key"] = next_call_key(
             store, eff.kind, action, generation, None if stale else entry
         )
 
     if entry is not None and not stale:
         done_args = entry.data.get("args") if entry.status == "done" else None
-        undo = _undo_unsettled(store, ex.run_id, eff.name, ikey) if entry.status == "done" else None
+        undo = undo_unsettled(store, ex.run_id, eff.name, ikey) if entry.status == "done" else None
         doubt: tuple[str, str] | None = None
-        if done_args is not None and _canon(done_args) != _canon(base["args"]):
+        if done_args is not None and canon(done_args) != canon(base["args"]):
             # This run did the action with other arguments (an earlier cycle, or an earlier
             # call of this proposal): as when another run did (``held``), a person decides
             # which is right; the journal keeps the execution that happened.
@@ -361,7 +361,7 @@ async def perform_effect(
                     "in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt"
                 )
                 return journal.out("in_doubt", attempts=attempts, cause=cause, error=info)
-            elif not eff.idempotent and not eff.takes_key and not _refused(exc):
+            elif not eff.idempotent and not eff.takes_key and not refused_by_world(exc):
                 # A failure that may have come after the action keeps its key for the next
                 # attempt (another run's, a rollback's redo), which a provider that
                 # deduplicates answers with what it did. A function that takes no ``key``
@@ -399,7 +399,7 @@ async def perform_effect(
                     f"{journal.named()} failed with {why}: {type(exc).__name__}: {exc_text(exc)}"
                 )
                 failed: dict[str, Any] = {"cause": cause, "error": info, "class": kind}
-                if not running and (checked or _refused(exc)):
+                if not running and (checked or refused_by_world(exc)):
                     # A finished attempt: the outside world said no (or its check found
                     # nothing done), and a provider that keeps a failed answer by key (a
                     # declined card, for a day) gives it again: a retry is a new attempt,
@@ -420,7 +420,7 @@ async def perform_effect(
         usage = None
         if isinstance(result, EffectResult):
             result, usage = result.value, result.usage
-        value = _jsonable(result)
+        value = jsonable(result)
         data = {"result": value, "first_at": first_at}
         if usage is not None:
             data["usage"] = usage.to_dict()

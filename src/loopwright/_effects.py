@@ -67,7 +67,7 @@ def _heading_arg(value: Any) -> str:
 _CANON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
 
 
-def _canon(value: Any) -> str:
+def canon(value: Any) -> str:
     return _CANON.encode(value)
 
 
@@ -97,14 +97,14 @@ class EffectCall:
         return shapes.stored(cls, str(d["name"]), dict(d.get("args") or {}), d.get("key"))
 
     def canonical(self) -> str:
-        return _canon({"name": self.name, "args": dict(self.args), "key": self.key})
+        return canon({"name": self.name, "args": dict(self.args), "key": self.key})
 
     def secret_args(self) -> list[str]:
         """The names of the arguments (and ``key``) that hold a secret (``redact`` would mask
         them). An effect's arguments are journaled, shown for approval and used again after a
         crash as they are, so a call holding one is not run (invariant 9): credentials belong
         in the effect's own configuration."""
-        plain = json.loads(_canon({"args": dict(self.args), "key": self.key}))
+        plain = json.loads(canon({"args": dict(self.args), "key": self.key}))
         masked = redact(plain)
         if masked is plain:
             return []
@@ -342,7 +342,7 @@ class Effect:
             return f"{self.name}:{call.key}"
         if self.key_fn is not None:
             return f"{self.name}:{self._business_key(call.args)}"
-        body = _canon({"run": run_id, "cycle": cycle, "name": self.name, "args": dict(call.args)})
+        body = canon({"run": run_id, "cycle": cycle, "name": self.name, "args": dict(call.args)})
         return f"{self.name}:{hashlib.sha256(body.encode()).hexdigest()[:24]}"
 
     def _business_key(self, args: Mapping[str, Any]) -> object:

@@ -63,9 +63,9 @@ from ._person_async import PersonAsync
 from ._redact import redact_text
 from ._reflection import Reflection
 from ._result import (
+    Read,  # noqa: F401  (results pickled before it moved name it here)
     RunResult,
-    _lasting,
-    _Read,  # noqa: F401  (results pickled before it moved name it here)
+    lasting,
 )
 from ._resume_ready import Resuming
 from ._run_create import Creating
@@ -485,7 +485,7 @@ class Runtime(
             best_score=rec.best_score,
             spent=Usage._stored(rec.cost_usd, rec.tokens, rec.seconds),
             packet=rec.packet,
-            state=_lasting(
+            state=lasting(
                 ck.task_state(), self.store, rec.run_id, ended=rec.status in TERMINAL_STATUSES
             ),
             held_out_passed=rec.held_out_passed,

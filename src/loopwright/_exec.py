@@ -27,7 +27,7 @@ from ._decide import no_attempt as _no_attempt
 from ._loop import Loop
 from ._modelcalls import clip_masked
 from ._proposal import Context, Verdict
-from ._record_codec import _DROP_CALL
+from ._record_codec import DROP_CALL
 from ._redact import redact
 from ._retry import ErrorClass
 from ._state import Digests, TaskState, Version, part_ref
@@ -357,7 +357,7 @@ def cycle_calls(
                 if out is billed:
                     out = dict(billed)
                 out[name] = paid
-        packed.append(_DROP_CALL(c) if type(c) is dict else c)
+        packed.append(DROP_CALL(c) if type(c) is dict else c)
     return cost, tokens, out, packed
 
 

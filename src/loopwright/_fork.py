@@ -38,7 +38,7 @@ from ._host import RuntimeHost
 from ._json import check_given_text, check_value
 from ._keys import check_declared_name, check_key, check_unpadded, fit_key
 from ._loop import Loop, check_loop, declared_names, other_loop
-from ._people import _printable_note
+from ._people import printable_note
 from ._proposal import Proposal
 from ._redact import redact, redact_registered
 from ._same_value import same_value
@@ -294,7 +294,7 @@ class Forking(RuntimeHost):
         check_given_text(note, field="note")
         # held to a decision's and a pause's rule (an escape or a bidirectional control went
         # into the append-only log, the run's notes and the actor's next context as typed)
-        note = _printable_note(note)
+        note = printable_note(note)
         rec = self.store.get_run(run_id)
         on = f"run {rec.run_id}"
         # Audited once it is known to happen (newuser47): an edit refused for what it asked

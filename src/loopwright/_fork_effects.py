@@ -60,9 +60,9 @@ def fork_effects(
 
 def _own(entries: list[JournalEntry]) -> list[JournalEntry]:
     """Done by the run itself: not compensations, not reused from another run's."""
-    from ._reversal import _is_compensation  # (not at start-up: test_layering)
+    from ._reversal import is_compensation  # (not at start-up: test_layering)
 
-    return [e for e in entries if not _is_compensation(e) and not e.data.get("from_run")]
+    return [e for e in entries if not is_compensation(e) and not e.data.get("from_run")]
 
 
 def _run_scoped(entries: list[JournalEntry]) -> list[JournalEntry]:

@@ -186,7 +186,7 @@ class Gates(RuntimeHost):
         approved as a reuse does (``approved_as_reuses``: undone by then, it is asked again)."""
         loop = ex.loop
         for c in calls:
-            eff = _effect(loop, c)
+            eff = effect_for(loop, c)
             d = loop.approvals.decide(eff.kind, eff.name, c.args)
             if d.action == "deny":
                 return self._abort(
@@ -234,7 +234,7 @@ class Gates(RuntimeHost):
                     )
                     reused.append(need)
                     continue
-                if given and _approved(need, given):
+                if given and already_approved(need, given):
                     if not reuse_gone(need, given):
                         continue  # a person approved it already (judged again after an edit)
                     need["why"] = f"{d.why}; {asked_again(self.store, ex.run_id, n, eff, c)}"
@@ -352,9 +352,9 @@ def done_before(
     if claim is None or claim.status != "done":
         return "", None
     by = "this run" if claim.run_id == run_id else f"run {claim.run_id[:12]}"
-    from ._effect_journal import _jsonable  # (a done claim: the effects' journal, not at import)
+    from ._effect_journal import jsonable  # (a done claim: the effects' journal, not at import)
 
-    same = claim.args_hash is None or claim.args_hash == args_digest(_jsonable(dict(c.args)))
+    same = claim.args_hash is None or claim.args_hash == args_digest(jsonable(dict(c.args)))
     if not same:
         # approved, it is neither reused nor run: in doubt, for a person (``held``)
         said = (
@@ -417,7 +417,7 @@ def asked_again(store: Store, run_id: str, n: int, eff: Effect, c: EffectCall) -
 
 
 def given_keys(approved: Sequence[Mapping[str, Any]]) -> set[tuple[str, ...]]:
-    """What people approved for a cycle, as ``_approved`` and ``reuse_gone`` look it up."""
+    """What people approved for a cycle, as ``already_approved`` and ``reuse_gone`` look it up."""
     keys = {_need_key(x) for x in approved if not x.get("done_already")}  # (approved to run)
     told = {_need_key(x) for x in approved if x.get("done_already")}
     return keys | told | {(*k, "done_already") for k in told - keys}
@@ -449,7 +449,7 @@ def _need_key(need: Mapping[str, Any]) -> tuple[str, ...]:
     return (*base, "call", str(call)) if call else (*base, "what", str(need.get("what")))
 
 
-def _approved(need: Mapping[str, Any], given: set[tuple[str, ...]]) -> bool:
+def already_approved(need: Mapping[str, Any], given: set[tuple[str, ...]]) -> bool:
     """Whether a person approved ``need`` already: by its call, or by its description when
     the approval was asked before needs carried their call (a run parked across an upgrade)."""
     if _need_key(need) in given:
@@ -457,7 +457,7 @@ def _approved(need: Mapping[str, Any], given: set[tuple[str, ...]]) -> bool:
     return bool(need.get("call")) and _need_key({**need, "call": None}) in given
 
 
-def _effect(loop: Loop, call: EffectCall) -> Effect:
+def effect_for(loop: Loop, call: EffectCall) -> Effect:
     eff = loop.effect(call.name)
     if eff is None:  # checked when the proposal arrived; a resumed run checks it again
         raise ConfigError(f"this loop declares no effect {call.name!r}", field="effects")

@@ -365,7 +365,7 @@ def strict_loads(text: str) -> Any:
 MAX_DEPTH = 256  # a person's value nested deeper is refused (check_value)
 
 
-def _deeper_than(value: Any, limit: int) -> bool:
+def deeper_than(value: Any, limit: int) -> bool:
     """Whether ``value`` nests lists and objects more than ``limit`` deep (without recursion:
     a value that contains itself is found too deep, not looped over)."""
     # only containers are pushed: a scalar has no depth of its own (pushing every string and
@@ -392,7 +392,7 @@ def check_value(value: Any, *, field: str) -> None:
     anything JSON cannot hold (sets, objects), which the stores would change on the way; or
     nested more than ``MAX_DEPTH`` deep (a store's writer recurses a level at a time: deeper,
     the edit's commit failed with a ``RecursionError``, a 500 or an "internal error")."""
-    if _deeper_than(value, MAX_DEPTH):
+    if deeper_than(value, MAX_DEPTH):
         raise ConfigError(
             f"the value must be JSON nested at most {MAX_DEPTH} deep (lists and objects)",
             field=field,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 from ._errors import ConfigError, LoopwrightError, check_choice
 from ._json import check_text
 from ._keys import MAX_KEY_CHARS
-from ._memory_screen import _check_json, _no_held_out
+from ._memory_screen import check_json, no_held_out
 from ._memory_search import (  # noqa: F401  (RELEVANCE_FLOOR, memory_search, query_terms: re-exported, their home before the split)
     RECALL_RANKED,
     RELEVANCE_FLOOR,
@@ -196,7 +196,7 @@ def screened_row(item: Mapping[str, Any]) -> dict[str, Any]:
         value = row.get(name)
         if value is not None:
             value = redact(value)
-            _no_held_out(value, name)
+            no_held_out(value, name)
             row[name] = value
     return row
 
@@ -261,8 +261,8 @@ class FeedbackMemory:
         # (a correction quoting a key, a reflection echoing one) is masked first.
         # (a text ``reflect`` masked already, to compare it with the kept notes: not again)
         text = text.strip() if type(text) is _Masked else redact_text(text.strip())
-        rule_obj = redact(_check_json(rule, "rule"))
-        _no_held_out(rule_obj, "rule")
+        rule_obj = redact(check_json(rule, "rule"))
+        no_held_out(rule_obj, "rule")
         if not text and not rule_obj:
             raise ConfigError("give the feedback as text or as a rule", field="text")
         if len(text) > MAX_TEXT_CHARS:
@@ -271,8 +271,8 @@ class FeedbackMemory:
                 "artifacts)",
                 field="text",
             )
-        source_obj = redact(_check_json(source, "source") or {})
-        _no_held_out(source_obj, "source")
+        source_obj = redact(check_json(source, "source") or {})
+        no_held_out(source_obj, "source")
         by = _check_name(by, "by")
         if strength is None:
             strength = DEFAULT_STRENGTH[signal]

@@ -48,10 +48,10 @@ def held_out_name(key: object) -> bool:
 
 
 def _held_out_at(value: Any) -> str | None:
-    """Where a JSON value (dicts, lists, scalars: what ``_check_json`` returns) holds a
+    """Where a JSON value (dicts, lists, scalars: what ``check_json`` returns) holds a
     held-out marker: a key named ``held_out`` (any case; ``held-out``, ``heldOut``) whose value
     is not empty or false, at any depth (``verdicts[0].held_out``); None where none does. One
-    iterative walk, each value visited once; ``_check_json`` bounds the depth."""
+    iterative walk, each value visited once; ``check_json`` bounds the depth."""
     stack: list[tuple[Any, str]] = [(value, "")]
     while stack:
         v, at = stack.pop()
@@ -67,7 +67,7 @@ def _held_out_at(value: Any) -> str | None:
     return None
 
 
-def _check_json(value: object, name: str) -> dict[str, Any] | None:
+def check_json(value: object, name: str) -> dict[str, Any] | None:
     if value is None:
         return None
     if not isinstance(value, Mapping):
@@ -80,7 +80,7 @@ def _check_json(value: object, name: str) -> dict[str, Any] | None:
     return cast("dict[str, Any]", json.loads(text))
 
 
-def _no_held_out(value: Any, name: str) -> None:
+def no_held_out(value: Any, name: str) -> None:
     """Invariant 3's screen of what ``add`` keeps: a rule or source holding a held-out marker
     anywhere is refused (docs/memory.md says what it does and does not catch)."""
     at = _held_out_at(value)

@@ -29,8 +29,8 @@ from ._run_metrics import (
     PERSON_DECISIONS,
     STOPPED_BY,
     RunMetrics,
-    _div,
     false_successes,
+    ratio_or_none,
     run_metrics,
     stream_run_metrics,
 )
@@ -357,7 +357,7 @@ def summarize(
     basis: dict[str, tuple[float, float]] = {}
     for name, (num, den, why) in ratios.items():
         basis[name] = (num, den)
-        values[name] = _div(num, den)
+        values[name] = ratio_or_none(num, den)
         if values[name] is None:
             undefined[name] = why
     values["spend_after_last_improvement_usd"] = basis["spend_after_last_improvement_frac"][0]

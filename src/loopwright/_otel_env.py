@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from urllib.parse import unquote, urlsplit
 
-from ._redact_registry import SECRET_FIELDS, _key, _secret_name, register_secret
+from ._redact_registry import SECRET_FIELDS, field_key, register_secret, secret_name
 
 __all__ = ["otel_tracing_configured", "register_header_values", "register_otlp_headers"]
 
@@ -46,8 +46,8 @@ def otel_tracing_configured(env: Mapping[str, str] | None = None) -> bool:
 
 
 def _credential_header(name: str) -> bool:
-    k = _key(name)
-    return _secret_name(k, SECRET_FIELDS) or bool(_CREDENTIAL_WORDS & set(_WORDS.split(k)))
+    k = field_key(name)
+    return secret_name(k, SECRET_FIELDS) or bool(_CREDENTIAL_WORDS & set(_WORDS.split(k)))
 
 
 def register_header_values(headers: Mapping[str, str]) -> None:

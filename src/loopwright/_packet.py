@@ -254,7 +254,7 @@ def _beyond(spent: Any, limit: float | int | None, *, whole: bool = False) -> st
     return None if crosses(limit, spent, whole=whole) else "used up"
 
 
-def _clip(text: str) -> str:
+def clip(text: str) -> str:
     """``text`` within ``CAUSE_LIMIT``: its end cut, unless it ends with what to do about an
     effect in doubt (``SETTLE_TAIL``: the command that settles it, or who settled it): then the
     words before that are cut and that end is kept whole (polish55: a long failure message
@@ -311,18 +311,18 @@ def stop_cause(
         text = f"accepted at cycle {cycle}: {what}, score {_num(best_score)}"
         if held_out_passed is False:
             text += "; held-out checks failed"
-        return _clip(text)
+        return clip(text)
     if reason == "no_progress":
         n = contract.no_progress.cycles if contract.no_progress else 0
-        return _clip(f"stopped {at} by the no-progress rule: no improvement in {n} cycles; {best}")
+        return clip(f"stopped {at} by the no-progress rule: no improvement in {n} cycles; {best}")
     if reason == "budget_cycles" and _at_default(contract, at_default):
-        return _clip(
+        return clip(
             f"stopped {at}{_judged_edits(checked)}: the default cycle ceiling of "
             f"{b.max_cycles:,} is used up{_CHOOSE}; {best}"
         )
     if reason == "budget_cycles":
         cap = max_cycles if max_cycles is not None else b.max_cycles
-        return _clip(
+        return clip(
             f"stopped {at}{_judged_edits(checked)}: the cycle budget of {cap} is used up; {best}"
         )
     if reason in ("budget_cost", "budget_tokens"):
@@ -339,44 +339,44 @@ def stop_cause(
             # the engine's cause names the call: "crossed during verifier v"
             how = cause if cause and cause.startswith("crossed") else "a call crossed it"
         if tokens:
-            return _clip(
+            return clip(
                 f"stopped {at}: used {used if used is not None else '-'} of {limit} "
                 f"tokens, {how}; {best}"
             )
-        return _clip(
+        return clip(
             f"stopped {at}: spent {usd(used) if isinstance(used, (int, float)) else '$-'} of the ${_usd(limit)} cost budget, "
             f"{how}; {best}"
         )
     if reason == "budget_time":
-        return _clip(
+        return clip(
             f"stopped {at}: ran {_secs(sp.get('seconds'))} s of the {_secs(b.max_seconds)} s "
             f"time budget" + (f" ({cause})" if cause else "") + f"; {best}"
         )
     if reason == "marginal_return":
-        return _clip(f"stopped {at}: another cycle was not worth its expected cost; {best}")
+        return clip(f"stopped {at}: another cycle was not worth its expected cost; {best}")
     if reason == "escalated":
         appr = (evidence or {}).get("approval")
         if isinstance(appr, Mapping) and appr.get("status") not in (None, "approved", "answered"):
             who = appr.get("decided_by") or "a person"
             note = f": {appr['note']}" if appr.get("note") else ""
-            return _clip(f"escalated {at}: {who} {appr.get('status')} {appr.get('what')}{note}")
+            return clip(f"escalated {at}: {who} {appr.get('status')} {appr.get('what')}{note}")
         if cause:
-            return _clip(f"escalated {at}: {cause}")
+            return clip(f"escalated {at}: {cause}")
         if error:
-            return _clip(
+            return clip(
                 f"escalated {at}: {error.get('where', 'user code')} raised "
                 f"{error.get('type')}: {error.get('message')}"
             )
-        return _clip(f"escalated to a person {at}")
+        return clip(f"escalated to a person {at}")
     if reason == "cancelled":
-        return _clip(f"cancelled {at}" + (f": {cause}" if cause else ""))
+        return clip(f"cancelled {at}" + (f": {cause}" if cause else ""))
     if reason == "error":
         if error:
-            return _clip(
+            return clip(
                 f"failed {at}: loopwright raised {error.get('type')}: {error.get('message')}"
             )
-        return _clip(f"failed {at}: loopwright itself raised an error")
-    return _clip(f"{reason} {at}" + (f": {cause}" if cause else ""))
+        return clip(f"failed {at}: loopwright itself raised an error")
+    return clip(f"{reason} {at}" + (f": {cause}" if cause else ""))
 
 
 def waiting_compensations(state: TaskState, run_id: str) -> str | None:
@@ -424,7 +424,7 @@ def settle_first(run_id: str, key: str) -> str:
     )
 
 
-# How a cause's last words that say what to do begin (kept whole by ``_clip``): an effect in
+# How a cause's last words that say what to do begin (kept whole by ``clip``): an effect in
 # doubt's ``_settle.settle_hint``, and what its settling puts in their place.
 SETTLE_TAIL = "; once checked, settle it: "
 SETTLED_TAIL = " was settled "

@@ -29,7 +29,7 @@ __all__ = [
 PartStatus = Literal["candidate", "accepted", "rejected"]
 # ref -> that part's versions (from the store): how a state reads versions it does not hold.
 VersionLoader = Callable[[str], Iterable["Version"]]
-_PART_STATUSES = ("candidate", "accepted", "rejected")
+PART_STATUSES = ("candidate", "accepted", "rejected")
 
 
 def part_ref(artifact: str, part: str) -> str:
@@ -321,12 +321,12 @@ class Artifact:
         name = str(d["name"])
         parts = [
             Part.from_dict(
-                p, None if loader is None else _bind(loader, part_ref(name, str(p["name"])))
+                p, None if loader is None else bind(loader, part_ref(name, str(p["name"])))
             )
             for p in d["parts"]
         ]
         return cls(name, {p.name: p for p in parts})
 
 
-def _bind(loader: VersionLoader, ref: str) -> Callable[[], Iterable[Version]]:
+def bind(loader: VersionLoader, ref: str) -> Callable[[], Iterable[Version]]:
     return lambda: loader(ref)

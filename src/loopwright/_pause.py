@@ -24,7 +24,7 @@ from ._exec import Execution as _Exec
 from ._exec import held_execution
 from ._host import RuntimeHost
 from ._json import check_given_text
-from ._people import _printable_note
+from ._people import printable_note
 from ._redact import redact_text
 from .store import Approval, NewApproval, NewEvent
 from .store._records import PAUSE
@@ -43,7 +43,7 @@ def _checked_note(
     refusal it is (with the reason, not the text: an escape sequence must not reach the log)."""
     try:
         check_given_text(note, field="note")
-        note = _printable_note(note)
+        note = printable_note(note)
     except ConfigError as exc:
         refused(host.store, who, action, on, origin=origin, why=exc)
         raise

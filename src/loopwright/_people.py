@@ -154,7 +154,7 @@ class Decisions(RuntimeHost):
         verb = {"approved": "approve", "denied": "deny", "answered": "answer"}[status]
         try:
             check_given_text(note, field="note")
-            note = _printable_note(note)
+            note = printable_note(note)
             if isinstance(answer, str):
                 check_text(answer, field="answer")
         except ConfigError as exc:
@@ -294,7 +294,7 @@ class Decisions(RuntimeHost):
 _PROSE_MARKS = str.maketrans("\u200e\u200f\u061c", "   ")
 
 
-def _printable_note(note: str | None) -> str | None:
+def printable_note(note: str | None) -> str | None:
     """A decision's note as it will be printed (``audit``, ``show``, the inbox): a form's CRLF
     read as a line break; otherwise the character rule of task keys and names
     (``unprintable``: a control character, a line separator, a bidirectional control),

@@ -2,7 +2,7 @@
 
 ``TaskState`` (``_state``) inherits ``Planning``: reading the next step, adding steps and
 setting their status, marking steps done when their parts are accepted, and the bookkeeping
-(``_PlanTrack``) that keeps a cycle's plan work to what it changed (invariant 8).
+(``PlanTrack``) that keeps a cycle's plan work to what it changed (invariant 8).
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def task_plan(plan: Any) -> list[PlanStep]:
 
 
 @dataclass(slots=True)
-class _PlanTrack:
+class PlanTrack:
     """What ``TaskState`` derives from its plan, for the list ``seen`` (a state whose plan
     list is replaced starts a new one). Steps are only appended or replaced, never removed,
     so positions stay valid."""
@@ -170,9 +170,9 @@ class _PlanTrack:
     lo: int = 0  # no step before this position is open (``next_step`` starts here)
     watch: list[int] | None = None  # open steps that list parts (``refresh_plan``; None: all)
 
-    def forked(self, plan: list[PlanStep]) -> _PlanTrack:
+    def forked(self, plan: list[PlanStep]) -> PlanTrack:
         """This bookkeeping for ``plan``, a copy of ``seen`` (C-level copies of the index)."""
-        return _PlanTrack(
+        return PlanTrack(
             plan,
             self.n,
             dict(self.ids),
@@ -191,7 +191,7 @@ class Planning:
         # (for the type checker: the slots of ``TaskState``'s that these methods use)
         __slots__ = ("_track", "plan")
         plan: list[PlanStep]
-        _track: _PlanTrack | None
+        _track: PlanTrack | None
 
         def part(self, ref: str) -> Part | None: ...
 
@@ -283,16 +283,16 @@ class Planning:
             if t.watch is not None and old.parts and i not in t.watch:
                 t.watch = sorted([*t.watch, i])
 
-    def _plan(self) -> _PlanTrack:
+    def _plan(self) -> PlanTrack:
         """The plan's bookkeeping, made good for ``self.plan`` as it is: built anew when the
         list was replaced, extended over steps appended to it."""
         t = self._track
         if t is None or t.seen is not self.plan:
-            t = self._track = _PlanTrack(self.plan)
+            t = self._track = PlanTrack(self.plan)
         plan = self.plan
         if t.n != len(plan):
             if t.n > len(plan):  # shortened in place: start again
-                t = self._track = _PlanTrack(plan)
+                t = self._track = PlanTrack(plan)
             for i in range(t.n, len(plan)):
                 s = plan[i]
                 t.ids.setdefault(s.id, i)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from . import _shapes as shapes
 from ._digest_text import escaped_twice
-from ._effects import EffectCall, _canon
+from ._effects import EffectCall, canon
 from ._errors import ConfigError
 from ._frozen import quick_init
 from ._json import is_text, not_text, owned_copy
@@ -232,14 +232,14 @@ class Proposal:
                     )
                     return hashlib.sha256(text).hexdigest()[:32]
         body: dict[str, Any] = {
-            "edits": sorted((e.artifact, e.part, _canon(e.value)) for e in self.edits),
-            "replace": _canon(self.replace) if self.replace else None,
+            "edits": sorted((e.artifact, e.part, canon(e.value)) for e in self.edits),
+            "replace": canon(self.replace) if self.replace else None,
             "plan": sorted(self.plan.items()) if self.plan else [],
             "new_steps": [s.to_dict() for s in self.new_steps],
         }
         if self.effects:  # an approval is bound to the exact actions too (invariant 2)
             body["effects"] = [c.canonical() for c in self.effects]
-        return hashlib.sha256(_canon(body).encode()).hexdigest()[:32]
+        return hashlib.sha256(canon(body).encode()).hexdigest()[:32]
 
     def owned(self) -> Proposal:
         """This proposal as the engine keeps it: each value an ``owned_copy`` (what the store

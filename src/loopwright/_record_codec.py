@@ -113,7 +113,7 @@ def pack(record: dict[str, Any]) -> dict[str, Any]:
     if "calls" in out and type(calls := out["calls"]) is list:
         dropped: list[Any] = []
         for c in calls:
-            dropped.append(_DROP_CALL(c) if type(c) is dict else c)
+            dropped.append(DROP_CALL(c) if type(c) is dict else c)
         out["calls"] = dropped
     if "usage" in out and type(u := out["usage"]) is dict:
         out["usage"] = _DROP_USAGE(u)
@@ -254,7 +254,7 @@ def _builder(spec: _Spec, skip_equal: str | None = None) -> Callable[..., dict[s
     return fn
 
 
-_DROP_RECORD, _DROP_PROPOSAL, _DROP_VERDICT, _DROP_FINDING, _DROP_CALL, _DROP_USAGE = (
+_DROP_RECORD, _DROP_PROPOSAL, _DROP_VERDICT, _DROP_FINDING, DROP_CALL, _DROP_USAGE = (
     _dropper(spec) for spec in (_RECORD, _PROPOSAL, _VERDICT, _FINDING, _CALL, _USAGE)
 )
 
@@ -271,7 +271,7 @@ def packed_calls(calls: Sequence[Any]) -> list[Any]:
     """A record's ``calls`` as ``pack`` leaves them (a loop: no comprehension a cycle)."""
     out: list[Any] = []
     for c in calls:
-        out.append(_DROP_CALL(c) if type(c) is dict else c)
+        out.append(DROP_CALL(c) if type(c) is dict else c)
     return out
 
 

@@ -15,17 +15,17 @@ as they are, so the common case allocates nothing). What counts as a secret:
   …``, GitHub, Slack, AWS, Google, Hugging Face and GitLab tokens, loopwright's own ``lw_…``
   user tokens, SendGrid keys, Twilio API key SIDs and a secret written after a SID or, in a
   text naming an account's SID, apart from it, JWTs); a ``.netrc`` entry's password, ``curl -u USER:PASSWORD``, Docker's base64 ``"auth"``
-  (``_redact_substitutions._curl_users``, ``_auth_values``); ``password=…`` (``DB_PASSWORD=…``),
+  (``_redact_substitutions.curl_users``, ``auth_values``); ``password=…`` (``DB_PASSWORD=…``),
   ``github_token=…``,
   ``{'token': '…'}`` (``{'pwd': …}``, ``{'cookie': …}``, ``{'private_key': …}``; a quoted
   value read to its closing quote, an escaped quote inside it), ``pwd=…``, a command line's
   ``--password VALUE`` (``'--password', '…'``), a log's ``token: VALUE``, HTTP ``Cookie:`` and
   ``Set-Cookie:`` lines and URL-encoded ``password%3D…`` written into text; a known value
-  also in base64 (``_base64_cores``) and hex (``_hex_forms``), percent-encoded and as Go and
-  PHP escape it in JSON (``_escaped_forms``);
+  also in base64 (``base64_cores``) and hex (``hex_forms``), percent-encoded and as Go and
+  PHP escape it in JSON (``escaped_forms``);
 * in a mapping: the value of a key named like a secret (``password``, ``api_key``, ``token``,
   ``secret``, … — ``SECRET_FIELDS``) or ending like one (``github_token``), whatever its case
-  and the spaces around it, in camelCase too (``SessionToken``: ``_camel_secret``), plus the names given as ``secret_fields`` or registered with
+  and the spaces around it, in camelCase too (``SessionToken``: ``camel_secret``), plus the names given as ``secret_fields`` or registered with
   ``register_secret_field`` (a spec's ``secret_fields``). Numbers and booleans under such a key
   are kept (a fencing ``token`` is a counter, not a credential).
 
@@ -47,51 +47,51 @@ from ._json import numbered_key
 from ._redact_anchors import shapes_sub
 from ._redact_any import surely_untriggered
 from ._redact_forms import (  # noqa: F401  (re-exported: their home before the split)
-    _base64_cores,
-    _encoded_of,
-    _escaped_forms,
-    _hex_forms,
-    _mask_base64,
+    base64_cores,
+    encoded_of,
+    escaped_forms,
+    hex_forms,
+    mask_base64,
 )
 from ._redact_registry import (  # noqa: F401  (re-exported: their home before the split)
-    _SECRET_SUFFIXES,
     MIN_SECRET_LEN,
     SECRET_FIELDS,
+    SECRET_SUFFIXES,
     RegistryState,
-    _camel_secret,
-    _env_secrets,
-    _fields_now,
-    _key,
-    _lock,
-    _registered,
-    _registered_fields,
-    _resets,
-    _secret_name,
-    _values,
     any_registered,
+    camel_secret,
+    env_secrets,
+    field_key,
+    fields_now,
     register_secret,
     register_secret_field,
+    registered_fields,
+    registered_names,
+    registry_lock,
     registry_state,
+    reset_count,
+    secret_name,
+    secret_values,
 )
 from ._redact_runs import any_run, mask_runs, restore_runs
 from ._redact_shapes import (  # noqa: F401  (re-exported: their home before the split)
-    _PREFILTER,
-    _SHAPES,
-    _TRIGGER_IN,
-    _TRIGGERS,
+    PREFILTER,
     REDACTED,
-    _trie,
-    _triggered,
-    _upper_triggered,
-    _value,
+    SHAPES,
+    TRIGGER_IN,
+    TRIGGERS,
+    quoted_value,
+    trie,
+    triggered,
+    upper_triggered,
 )
 from ._redact_substitutions import (  # noqa: F401  (re-exported: their home before the split)
-    _auth_values,
-    _basic_pair,
-    _curl_users,
-    _jwts,
-    _shape,
-    _twilio_tokens,
+    auth_values,
+    basic_pair,
+    curl_users,
+    jwts,
+    masked_shape,
+    twilio_tokens,
 )
 
 try:
@@ -116,13 +116,13 @@ def reset(state: RegistryState | None = None) -> None:
     the values alone left their pieces indexed: a former value's 16-character piece was
     still masked. The cache of texts found clean is emptied too (tests: ``conftest``)."""
     values, fields, runs = state if state is not None else (frozenset(), frozenset(), None)
-    with _lock:
-        _registered.intersection_update(values)
-        _registered.update(values)
-        _registered_fields.intersection_update(fields)
-        _registered_fields.update(fields)
+    with registry_lock:
+        registered_names.intersection_update(values)
+        registered_names.update(values)
+        registered_fields.intersection_update(fields)
+        registered_fields.update(fields)
         restore_runs(runs)
-        _resets[0] += 1
+        reset_count[0] += 1
     _clean_texts.clear()
 
 
@@ -150,29 +150,29 @@ def _text(s: str, values: tuple[str, ...], fields: frozenset[str] = SECRET_FIELD
             if v in s:
                 s = s.replace(v, REDACTED)
     if values:
-        runs, forms, _, _ = _encoded_of(values)
+        runs, forms, _, _ = encoded_of(values)
         for core in runs:
             if core in s:
-                s = _mask_base64(s, core)
+                s = mask_base64(s, core)
         for form in forms:
             if form in s:
                 s = s.replace(form, REDACTED)
-    if _registered:  # pieces of a registered value, once its whole forms are masked
-        s = mask_runs(s, _registered)
+    if registered_names:  # pieces of a registered value, once its whole forms are masked
+        s = mask_runs(s, registered_names)
     if fields is not SECRET_FIELDS:
         s = _declared_text(s, fields)
     if ".eyJ" in s:
-        s = _jwts(s)
+        s = jwts(s)
     low = s.lower()
-    if not _triggered(low) and not _upper_triggered(s, low):
+    if not triggered(low) and not upper_triggered(s, low):
         return s
     seen = s
     if "-u" in low and "curl" in low:
-        s = _curl_users(s)
+        s = curl_users(s)
     if "auth" in low:
-        s = _auth_values(s)
+        s = auth_values(s)
     if "AC" in s:
-        s = _twilio_tokens(s)
+        s = twilio_tokens(s)
     s = shapes_sub(s, low if s is seen or s == seen else s.lower())
     if "bearer" in low or "authorization" in low:
         s = _SHORT_AUTH.sub(_short_auth, s)
@@ -180,7 +180,7 @@ def _text(s: str, values: tuple[str, ...], fields: frozenset[str] = SECRET_FIELD
 
 
 # An HTTP ``Authorization`` header's credentials under 8 characters, which the shapes leave
-# (``_SHAPES``' ``auth`` and ``bearer`` take 8 or more, so that prose after the word is kept):
+# (``SHAPES``' ``auth`` and ``bearer`` take 8 or more, so that prose after the word is kept):
 # after ``Authorization:`` and a scheme of Bearer, Basic or Token, whatever its length; after
 # a bare ``Bearer`` (a header's value echoed alone: ``invalid token Bearer abc12``), 3 to 7
 # characters holding a letter and a digit (``Bearer tokens``, ``Bearer 2`` are prose).
@@ -200,7 +200,7 @@ def _short_auth(m: re.Match[str]) -> str:
 @functools.lru_cache(maxsize=64)
 def _declared(fields: frozenset[str]) -> tuple[str, ...]:
     """The names declared secret besides ``SECRET_FIELDS`` (a spec's ``secret_fields``), as
-    ``_key`` normalises them."""
+    ``field_key`` normalises them."""
     return tuple(sorted(fields - SECRET_FIELDS))
 
 
@@ -210,14 +210,14 @@ def _declared_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
     alt = "|".join(re.escape(n).replace("_", "[-_]") for n in names)
     return re.compile(
         rf"(?P<kept>(?:['\"]\s*(?i:{alt})\s*\\*+['\"]\s*:|\b(?i:{alt})\s*=)\s*\\*+['\"])"
-        r"(?!\*\*\*)" + _value(r"(?:[^'\"\\]++|\\(?!['\"]))++")
+        r"(?!\*\*\*)" + quoted_value(r"(?:[^'\"\\]++|\\(?!['\"]))++")
     )
 
 
 def _declared_text(s: str, fields: frozenset[str]) -> str:
     """``s`` with the value of each declared secret field written into text masked: a printed
     mapping (``{'iban': '…'}``, its quotes escaped too) or a keyword (``Cfg(iban='…')``), as
-    the names of ``SECRET_FIELDS`` are by ``_SHAPES``. Only quoted values: a number is kept,
+    the names of ``SECRET_FIELDS`` are by ``SHAPES``. Only quoted values: a number is kept,
     as it is under such a key in a mapping."""
     names = _declared(fields)
     low = s.lower()
@@ -228,7 +228,7 @@ def _declared_text(s: str, fields: frozenset[str]) -> str:
 
 def redact_text(text: str) -> str:
     """``text`` with every secret it contains masked (see the module's list)."""
-    return _text(text, _values(), _fields_now())
+    return _text(text, secret_values(), fields_now())
 
 
 _NO_FIELDS: frozenset[str] = frozenset()
@@ -242,14 +242,14 @@ def redact(obj: Any, *, secret_fields: Iterable[str] = ()) -> Any:
     (a dataclass, a date, bytes, an exception) may come back as its masked ``str()``, which is
     what the stores write for it; a mapping key that is not text likewise.
     """
-    # (``_values`` written out for the common case, no registered secret: one call less)
-    values = _env_secrets() if not _registered else _values()
+    # (``secret_values`` written out for the common case, no registered secret: one call less)
+    values = env_secrets() if not registered_names else secret_values()
     fields = SECRET_FIELDS
     # (no set built for the engine's calls, which name no field: two a cycle)
-    extra = {_key(f) for f in secret_fields} if secret_fields != () else _NO_FIELDS
-    if _registered_fields or extra:
-        with _lock:
-            fields = SECRET_FIELDS | _registered_fields | extra
+    extra = {field_key(f) for f in secret_fields} if secret_fields != () else _NO_FIELDS
+    if registered_fields or extra:
+        with registry_lock:
+            fields = SECRET_FIELDS | registered_fields | extra
     if not isinstance(obj, str) and _clean(obj, values, fields):
         return obj
     return _walk(obj, values, fields, False)
@@ -259,11 +259,11 @@ def redact_unique(obj: Any) -> Any:
     """``redact(obj)`` for data whose text never repeats (a cycle's commit: its record names
     its cycle), so the clean texts' cache is neither asked nor filled with it: no hash of the
     whole text, and the cache keeps what does repeat (a verifier's verdict)."""
-    values = _env_secrets() if not _registered else _values()
+    values = env_secrets() if not registered_names else secret_values()
     fields = SECRET_FIELDS
-    if _registered_fields:
-        with _lock:
-            fields = SECRET_FIELDS | _registered_fields
+    if registered_fields:
+        with registry_lock:
+            fields = SECRET_FIELDS | registered_fields
     if not isinstance(obj, str) and _clean(obj, values, fields, remember=False):
         return obj
     return _walk(obj, values, fields, False)
@@ -274,10 +274,10 @@ def redact_registered(obj: Any) -> Any:
     they are written and their pieces (``_redact_runs``): for the work itself (an edit's
     value), where a shape or a field's name may be the work, but the process's own API key
     never is. ``obj`` itself where it holds none (no copy)."""
-    if not _registered:
+    if not registered_names:
         return obj
-    with _lock:
-        values = tuple(sorted(_registered, key=len, reverse=True))
+    with registry_lock:
+        values = tuple(sorted(registered_names, key=len, reverse=True))
     return _registered_in(obj, values, _values_pattern(values))
 
 
@@ -286,8 +286,8 @@ def _registered_in(obj: Any, values: tuple[str, ...], exact: re.Pattern[str] | N
         s = obj
         if exact is not None and exact.search(s) is not None:
             s = exact.sub(REDACTED, s)
-        if any_run(s.lower(), _registered):
-            s = mask_runs(s, _registered)
+        if any_run(s.lower(), registered_names):
+            s = mask_runs(s, registered_names)
         return obj if s == obj else s
     if isinstance(obj, Mapping):
         # A key is the work too: masked as every write masks one (``_walk``), two keys
@@ -312,7 +312,7 @@ def _registered_in(obj: Any, values: tuple[str, ...], exact: re.Pattern[str] | N
 
 _key_patterns: dict[frozenset[str], tuple[re.Pattern[str], re.Pattern[str]] | None] = {}
 
-# What ``_key`` strips after a key, as it reads in *reversed* JSON text: whitespace as it is, or
+# What ``field_key`` strips after a key, as it reads in *reversed* JSON text: whitespace as it is, or
 # an escape backwards (``\t`` is ``t\``, ``\u001c`` is ``c100u\``); any escape is taken, to
 # err towards the full check.
 _SPACE_REVERSED = r"(?:\s|[a-z]\\|[0-9a-f]{4}u\\)*"
@@ -320,9 +320,9 @@ _SPACE_REVERSED = r"(?:\s|[a-z]\\|[0-9a-f]{4}u\\)*"
 
 def _key_patterns_of(fields: frozenset[str]) -> tuple[re.Pattern[str], re.Pattern[str]] | None:
     """Two expressions that find, in *reversed* lower-cased JSON text with ``-`` read as ``_``,
-    every mapping key ``_secret_name`` flags by its name or ending (the names of ``fields``,
-    which hold every ``_SECRET_SUFFIXES`` without its ``_``): the first right before the key's
-    closing quote, the second also with what ``_key`` strips between them (slower: used only
+    every mapping key ``secret_name`` flags by its name or ending (the names of ``fields``,
+    which hold every ``SECRET_SUFFIXES`` without its ``_``): the first right before the key's
+    closing quote, the second also with what ``field_key`` strips between them (slower: used only
     where the text holds such a character).
 
     Reversed, because in compact JSON every key, and nothing else outside a string, is followed
@@ -335,7 +335,7 @@ def _key_patterns_of(fields: frozenset[str]) -> tuple[re.Pattern[str], re.Patter
         return _key_patterns[fields]
     pats = None
     if all(f and '"' not in f and "\\" not in f and f.isprintable() for f in fields):
-        names = _trie(n[::-1] for n in fields | {s[1:] for s in _SECRET_SUFFIXES})
+        names = trie(n[::-1] for n in fields | {s[1:] for s in SECRET_SUFFIXES})
         pats = (re.compile(f':"(?:{names})'), re.compile(f':"{_SPACE_REVERSED}(?:{names})'))
     if len(_key_patterns) > 64:
         _key_patterns.clear()
@@ -409,22 +409,22 @@ def _clean_text(
     # a key holding ``passw`` is a secret's name wherever it is (``quoted`` holds it where
     # ``low`` does: only a backslash before a quote is dropped)
     # (one pass of an automaton on the clean text, the common case, where the package is there)
-    hit = False if surely_untriggered(quoted) else _triggered(quoted, passw=True)
-    if hit or _upper_triggered(text, low):
+    hit = False if surely_untriggered(quoted) else triggered(quoted, passw=True)
+    if hit or upper_triggered(text, low):
         return False
     # (no secret value known, the common case without one in the environment: no call)
     exact = _values_pattern(values) if values else None
     if exact is not None:
         if exact.search(text) is not None:
             return False
-        _, _, in_json, hexes = _encoded_of(values)
+        _, _, in_json, hexes = encoded_of(values)
         for core in in_json:
             if core in text:
                 return False
         for core in hexes:
             if core in low:
                 return False
-        if _registered and any_run(low, _registered):  # a piece of one (``_redact_runs``)
+        if registered_names and any_run(low, registered_names):  # a piece of one (``_redact_runs``)
             return False
     # Whitespace between a key's name and its closing quote is a raw space, an escape (JSON
     # escapes every other ASCII space) or a character beyond ASCII. (Read before ``-`` is
@@ -432,13 +432,13 @@ def _clean_text(
     spaced = "\\" in low or ' ":' in low or not low.isascii()
     if not spaced and fields is SECRET_FIELDS and hit is False:
         # No trigger, and neither ``private`` nor ``session``: every name of ``SECRET_FIELDS``
-        # and ``_SECRET_SUFFIXES`` written plainly as a key (``"name":``) holds one of those
+        # and ``SECRET_SUFFIXES`` written plainly as a key (``"name":``) holds one of those
         # (``"token":`` the trigger ``token"``, ``"session_key":`` the word ``session``; a unit
         # test checks every name), so no key of these names is in the text: the reversed copy
         # and the key pattern's pass over it are not needed — nor the copy with ``-`` replaced
         # (a float's exponent puts one in most of the engine's records: cpu54).
         return True
-    if "-" in low:  # ``_key`` reads ``x-api-key`` (and ``x_api-key``) as ``x_api_key``
+    if "-" in low:  # ``field_key`` reads ``x-api-key`` (and ``x_api-key``) as ``x_api_key``
         low = low.replace("-", "_")
     if fields is not SECRET_FIELDS and any(n in low for n in _declared(fields)):
         return False  # a declared name, as a key or in a text (a printed mapping): the walk
@@ -469,13 +469,13 @@ def _walk(obj: Any, values: tuple[str, ...], fields: frozenset[str], masked: boo
                     sk = str(k)
                 except Exception:  # user code's ``__str__``: ``_json`` writes this name for it
                     sk = f"<{type(k).__name__}>"
-            # (a key ``auth`` holding base64 ``user:password``: Docker's, ``_basic_pair``)
+            # (a key ``auth`` holding base64 ``user:password``: Docker's, ``basic_pair``)
             hide = masked or (
                 isinstance(sk, str)
                 and (
-                    _secret_name(_key(sk), fields)
-                    or _camel_secret(sk)
-                    or (sk == "auth" and isinstance(v, str) and _basic_pair(v))
+                    secret_name(field_key(sk), fields)
+                    or camel_secret(sk)
+                    or (sk == "auth" and isinstance(v, str) and basic_pair(v))
                 )
             )
             nv = _walk(v, values, fields, hide)

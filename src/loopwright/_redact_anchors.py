@@ -1,13 +1,13 @@
 """The redaction net's shape search, tried only where a shape can start (stop 51).
 
-``_SHAPES.sub`` tries each of its alternatives at each character of a text that passed the
+``SHAPES.sub`` tries each of its alternatives at each character of a text that passed the
 pre-check (``_triggered``), which code always does (it holds ``=``): about 2 µs a character,
 95 % of an LDB import's time. Yet every alternative holds a fixed text at or near its start
 (``token``, ``://``, ``(``, a key's prefix): one scan of the lower-cased text finds those
 texts (a literal search, a few ns a character), and each tells the few places where an
 alternative could start. ``shapes_sub`` tries the alternatives alone at those places, in
-order, skipping those inside a masked span, and where one matches takes ``_SHAPES.match``
-there: the matches ``_SHAPES.sub`` makes, masked the same (``_shape``), provided no place an
+order, skipping those inside a masked span, and where one matches takes ``SHAPES.match``
+there: the matches ``SHAPES.sub`` makes, masked the same (``masked_shape``), provided no place an
 alternative matches is left out. Each rule below says why its places hold every start.
 
 The lower-cased text stands for the text in the scan: outside ASCII only four letters match
@@ -22,8 +22,8 @@ from __future__ import annotations
 import functools
 import re
 
-from ._redact_shapes import _SHAPE_ALTERNATIVES, _SHAPES, _trie
-from ._redact_substitutions import _compiled, _shape
+from ._redact_shapes import SHAPE_ALTERNATIVES, SHAPES, trie
+from ._redact_substitutions import compiled_pattern, masked_shape
 
 # The characters of ``[A-Za-z0-9_-]`` lower-cased: a secret's name before its keyword
 # (``_NAME_BEFORE``, an option's words in ``_FLAG``), and of a URL's scheme
@@ -79,9 +79,9 @@ _TWILIO_HEADS = ("SK", "AC")
 _HEX = frozenset("0123456789abcdef")
 _KEY = frozenset(KEY_HEADS)
 _SEPARATES = ("://", "%3a%2f%2f")  # a scheme before them (``url``, ``hook``; ``encurl``)
-# (the scan's expressions compiled when first used, by ``_compiled``: most processes never
+# (the scan's expressions compiled when first used, by ``compiled_pattern``: most processes never
 # search a text for shapes)
-WORDS = _trie((*_AT, *_QKEY_WORDS, *_FLAG_WORDS, *KEY_HEADS, *_SEPARATES))
+WORDS = trie((*_AT, *_QKEY_WORDS, *_FLAG_WORDS, *KEY_HEADS, *_SEPARATES))
 # An URL-encoded ``?name=`` (``query``): ``[?&;]``, a name and ``=`` (no ``[?&;]`` inside a
 # match: each start is found by ``finditer``)
 _QUERY_HEAD = r"[?&;][a-z0-9_.-]*+="
@@ -89,7 +89,7 @@ _QUERY_HEAD = r"[?&;][a-z0-9_.-]*+="
 _HPAIR_HEAD = r"\(\s*+b?\\*+['\"]"
 _HEADER_WORDS = ("authorization", "cookie", "api", "token")  # ``_HEADER``'s names hold one
 
-# Every alternative of ``_SHAPES`` has a rule here (a unit test checks the names)
+# Every alternative of ``SHAPES`` has a rule here (a unit test checks the names)
 ANCHORED = frozenset(
     {n for names in _AT.values() for n in names}
     | {"url", "hook", "encurl", "query", "hpair", "qkey", "flagq", "flag", "flaglow", "keys"}
@@ -98,19 +98,19 @@ ANCHORED = frozenset(
 
 @functools.cache
 def _alternatives(names: tuple[str, ...]) -> re.Pattern[str]:
-    """The alternatives ``names`` of ``_SHAPES`` alone (compiled when first needed)."""
-    return re.compile("|".join(_SHAPE_ALTERNATIVES[n] for n in names))
+    """The alternatives ``names`` of ``SHAPES`` alone (compiled when first needed)."""
+    return re.compile("|".join(SHAPE_ALTERNATIVES[n] for n in names))
 
 
 def _places(s: str, low: str) -> list[tuple[int, tuple[str, ...]]]:
-    """Each place where an alternative of ``_SHAPES`` may match in ``s`` (with the names of
+    """Each place where an alternative of ``SHAPES`` may match in ``s`` (with the names of
     those that may start there): every place one does match is among them."""
     out: list[tuple[int, tuple[str, ...]]] = []
     url_end = enc_end = 0  # where the last ``://`` (``%3a%2f%2f``) ended
     name_at = name_start = -1  # the last keyword of a name, and where its name starts
     headers = False
     pos = 0
-    words = _compiled(WORDS)
+    words = compiled_pattern(WORDS)
     while (m := words.search(low, pos)) is not None:
         k = m.start()
         word = m.group()
@@ -159,9 +159,9 @@ def _places(s: str, low: str) -> list[tuple[int, tuple[str, ...]]]:
             if start and s[start - 1] == "\\" and s[start] in "nrt" and s[start + 1] == "-":
                 out.append((start + 1, ("flagq", "flag", "flaglow")))
     if "=" in low:
-        out += [(q.start(), ("query",)) for q in _compiled(_QUERY_HEAD).finditer(low)]
+        out += [(q.start(), ("query",)) for q in compiled_pattern(_QUERY_HEAD).finditer(low)]
     if headers:
-        out += [(h.start(), ("hpair",)) for h in _compiled(_HPAIR_HEAD).finditer(s)]
+        out += [(h.start(), ("hpair",)) for h in compiled_pattern(_HPAIR_HEAD).finditer(s)]
     for head in _TWILIO_HEADS:
         i = s.find(head)
         while i >= 0:
@@ -172,7 +172,7 @@ def _places(s: str, low: str) -> list[tuple[int, tuple[str, ...]]]:
 
 
 def shapes_sub(s: str, low: str) -> str:
-    """``_SHAPES.sub(_shape, s)``, read only where ``_places`` says a shape may start;
+    """``SHAPES.sub(masked_shape, s)``, read only where ``_places`` says a shape may start;
     ``low`` is ``s.lower()``. ``s`` itself where nothing is masked."""
     if not s.isascii() and any(c in s for c in _ODD):
         low = s
@@ -193,8 +193,8 @@ def shapes_sub(s: str, low: str) -> str:
         if p < done or place == last or _alternatives(names).match(s, p) is None:
             last = place
             continue
-        m = _SHAPES.match(s, p)  # (one of its alternatives matches here: it does)
+        m = SHAPES.match(s, p)  # (one of its alternatives matches here: it does)
         if m is not None:
-            out += (s[done:p], _shape(m))
+            out += (s[done:p], masked_shape(m))
             done = m.end()
     return s if not out else "".join(out) + s[done:]

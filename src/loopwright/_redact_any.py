@@ -1,4 +1,4 @@
-"""The redaction net's clean case in one pass: every word ``_redact_shapes._triggered`` answers
+"""The redaction net's clean case in one pass: every word ``_redact_shapes.triggered`` answers
 on, looked for at once by an Aho–Corasick automaton compiled in Rust (``ahocorasick-rs``),
 where the prefilter runs about thirty substring tests, a ``bytes.translate`` and a regular
 expression over the same text (ratio55: 67 k instructions on a trivial cycle's record, the
@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._redact_shapes import _TRIGGERS
+from ._redact_shapes import TRIGGERS
 
-# Every trigger, and the three words ``_triggered``'s clean-scan answer also reads: ``passw``
+# Every trigger, and the three words ``triggered``'s clean-scan answer also reads: ``passw``
 # (a key holding it is a secret's name) and ``private`` and ``session`` (its ``None``: a key
 # the key pattern must look for may be there). All ASCII: found in a text's UTF-8 bytes exactly
 # where they are in the text (no byte of a longer character is an ASCII one).
-WORDS: tuple[str, ...] = tuple(sorted({*_TRIGGERS, "passw", "private", "session"}))
+WORDS: tuple[str, ...] = tuple(sorted({*TRIGGERS, "passw", "private", "session"}))
 
 
 def _automaton() -> Any:

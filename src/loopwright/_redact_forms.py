@@ -1,7 +1,7 @@
 """How a known secret value reads where it is written otherwise than as itself (``_redact``):
-escaped in a printed or JSON string (``_written``: these join the values' own search), and
+escaped in a printed or JSON string (``written_forms``: these join the values' own search), and
 encoded — base64 and hex (masked with the run of such characters around them), percent-encoded
-and as Go and PHP escape JSON (``_encoded_of``: searched by substring tests, apart from the
+and as Go and PHP escape JSON (``encoded_of``: searched by substring tests, apart from the
 values' expression).
 
 Moved out of ``_redact`` (which walks data; the registries are ``_redact_registry``'s);
@@ -19,7 +19,7 @@ import urllib.parse
 from ._redact_shapes import REDACTED
 
 
-def _written(value: str) -> set[str]:
+def written_forms(value: str) -> set[str]:
     """``value`` and how it reads inside a printed string (``repr``: a tuple, dict or bytes in
     an exception's message) and inside a JSON string (an error body), where a quote, a
     backslash or a control character is escaped and the value's own text is not found. The
@@ -40,13 +40,13 @@ _BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]*+")
 _BASE64_TAIL = re.compile(r"[A-Za-z0-9+/_-]*+={0,2}")
 
 
-def _base64_cores(value: str) -> set[str]:
+def base64_cores(value: str) -> set[str]:
     """What every base64 text holding ``value``'s UTF-8 bytes contains, whatever precedes and
     follows it (``user:`` of a Basic token, a JSON body): at each of the three places the value
     can start in a 3-byte group, the characters whose 6 bits are all the value's, standard and
     URL-safe, without padding (``QUJD`` is a full group; a character that also encodes a
     neighbour's bits is left out). The characters around such a core encode bytes only partly
-    the value's: ``_mask_base64`` masks the whole run. A value of 6 bytes has 8 such characters
+    the value's: ``mask_base64`` masks the whole run. A value of 6 bytes has 8 such characters
     where it starts a group and 7 at the other two places, one of 7 bytes 8 or more at each;
     forms under ``_BASE64_MIN`` are left out."""
     raw = value.encode("utf-8", "surrogatepass")
@@ -61,7 +61,7 @@ def _base64_cores(value: str) -> set[str]:
     return cores
 
 
-def _hex_forms(value: str) -> set[str]:
+def hex_forms(value: str) -> set[str]:
     """``value``'s UTF-8 bytes in hexadecimal, lower and upper case (``bytes.hex()``, a debug
     dump, a digest tool's input echoed): every hex text holding the bytes holds one of these,
     at an even offset. Masked as a base64 core is (the whole run of such characters)."""
@@ -69,8 +69,8 @@ def _hex_forms(value: str) -> set[str]:
     return {raw, raw.upper()}
 
 
-def _escaped_forms(value: str) -> set[str]:
-    """How ``value`` reads where a character of it is written otherwise than ``_written``
+def escaped_forms(value: str) -> set[str]:
+    """How ``value`` reads where a character of it is written otherwise than ``written_forms``
     knows: percent-encoded (a URL's query or path, a form body: ``p%40ss``, with ``/`` kept or
     not, a space as ``+``), in JSON as Go writes it (``&``, ``<``, ``>`` as ``\\u0026`` …: a
     model server or gateway in Go echoing a key) and as PHP does (``/`` as ``\\/``). Only a
@@ -93,22 +93,22 @@ def _escaped_forms(value: str) -> set[str]:
 
 
 @functools.lru_cache(maxsize=64)
-def _encoded_of(
+def encoded_of(
     values: tuple[str, ...],
 ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """The known secret ``values`` encoded: ``(runs, forms, in_json, hexes)``. ``runs``: the
-    base64 forms (``_base64_cores``) and the hex ones (``_hex_forms``), each masked with the
-    run of base64 characters around it (``_mask_base64``); ``forms``: the escaped ones
-    (``_escaped_forms``), replaced where found. For ``_clean``'s scan of a record's JSON text:
+    base64 forms (``base64_cores``) and the hex ones (``hex_forms``), each masked with the
+    run of base64 characters around it (``mask_base64``); ``forms``: the escaped ones
+    (``escaped_forms``), replaced where found. For ``_clean``'s scan of a record's JSON text:
     ``in_json``, the base64 and escaped forms as they read there, and ``hexes``, the hex forms
     in lower case, searched in the lower-cased text (one test finds either case). Searched
     apart from the values' expression, by substring tests: added to it, they turned the one
     literal an API key is into an alternation the engine tries at every character: +61 k
     instructions a cycle with a key in the environment, +3 k with these tests
     (bench/RESULTS.md, stop 45)."""
-    hexes = {h for v in values for h in _hex_forms(v)}
-    runs = {c for v in values for c in _base64_cores(v)} | hexes
-    forms = {f for v in values for f in _escaped_forms(v)} - set(values)
+    hexes = {h for v in values for h in hex_forms(v)}
+    runs = {c for v in values for c in base64_cores(v)} | hexes
+    forms = {f for v in values for f in escaped_forms(v)} - set(values)
     in_json = {json.dumps(x, ensure_ascii=False)[1:-1] for x in (runs - hexes) | forms}
     return (
         tuple(sorted(runs, key=len, reverse=True)),
@@ -118,7 +118,7 @@ def _encoded_of(
     )
 
 
-def _mask_base64(s: str, core: str) -> str:
+def mask_base64(s: str, core: str) -> str:
     """``s`` with each run of base64 characters (both alphabets, and its padding) that holds
     ``core`` masked whole, but for an escaped line break's letter it starts with (``\\n``);
     one pass of ``s``."""

@@ -1,4 +1,4 @@
-"""Other providers' API keys for the redaction net's ``_SHAPES``: each prefix with the length
+"""Other providers' API keys for the redaction net's ``SHAPES``: each prefix with the length
 and characters its provider documents, so a word that starts the same (``xai-based``,
 ``npm_modules``) stays. Groq (``gsk_``), xAI (``xai-``), Perplexity (``pplx-``), npm
 (``npm_``), PyPI upload tokens (``pypi-`` and a macaroon: ``AgE`` is its first bytes), Google
@@ -11,7 +11,7 @@ Linear (``lin_api_``), Notion (``ntn_``), Doppler (``dp.pt.``, ``dp.st.``, …),
 (``sntrys_``, ``sntryu_``), Atlassian (``ATATT3``) and DigitalOcean's OAuth and refresh
 tokens (``doo_v1_``, ``dor_v1_``).
 
-A text reaches ``_SHAPES`` only past the pre-check (``_redact_shapes._triggered`` and
+A text reaches ``SHAPES`` only past the pre-check (``_redact_shapes.triggered`` and
 ``_upper_triggered``). The keys whose body is lower-case (DigitalOcean, Shopify, LangSmith,
 Sentry's user tokens; Cerebras's ``csk-`` holds the trigger ``sk-``) are among its
 ``_TRIGGERS``; the others' bodies mix cases, so a text holding one has a capital,
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-# (alternatives of ``_SHAPES``' key group: each at a word's start)
+# (alternatives of ``SHAPES``' key group: each at a word's start)
 PROVIDER_KEYS = (
     r"gsk_[A-Za-z0-9]{48,}|xai-[A-Za-z0-9]{70,}|pplx-[A-Za-z0-9]{40,}"
     r"|npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])|pypi-AgE[A-Za-z0-9_-]{50,}"
@@ -60,7 +60,7 @@ LOWER_PREFIXES = (
     *("shpat_", "shpss_", "shpca_", "shppa_", "dop_v1_", "doo_v1_", "dor_v1_"),
     *("lsv2_pt_", "lsv2_sk_", "sntryu_"),
 )
-# Each of ``LOWER_PREFIXES`` holds one of these (``_PREFILTER``'s needles for them): none holds
+# Each of ``LOWER_PREFIXES`` holds one of these (``PREFILTER``'s needles for them): none holds
 # a digit, which a long text keeps where it is stripped of the characters no needle holds
 # (``_NOT_NEEDLE``); ``_pt_`` for ``lsv2_pt_`` (``lsv2_sk_`` holds Stripe's ``k_``).
 LOWER_NEEDLES = ("shp", "dop_v", "doo_v", "dor_v", "_pt_", "sntryu_")

@@ -7,7 +7,7 @@ import re
 import threading
 from typing import Any
 
-from ._redact_forms import _written
+from ._redact_forms import written_forms
 from ._redact_runs import register_runs, runs_state
 
 MIN_SECRET_LEN = 6
@@ -50,11 +50,11 @@ _ENV_NAME = re.compile(
     r"(?:_KEY|_TOKEN|_SECRET|_APIKEY|_PWD|_PASS)$|PASSWORD|PASSWD", re.IGNORECASE
 )
 
-# A mapping key ending in one of these (after ``_key``'s normalising: ``x-api-key`` is
+# A mapping key ending in one of these (after ``field_key``'s normalising: ``x-api-key`` is
 # ``x_api_key``), or holding ``password``/``passwd``, is named like a secret too: ``db_password``,
 # ``OPENAI_API_KEY``, ``github_token``, an HTTP header's ``Proxy-Authorization`` (Basic
-# credentials) or ``Set-Cookie``. (Not every ``*_key``: ``task_key`` is a name.)
-_SECRET_SUFFIXES = (
+# credentials) or ``Set-Cookie``. (Not every ``*field_key``: ``task_key`` is a name.)
+SECRET_SUFFIXES = (
     "_authorization",
     "_cookie",
     "_credentials",
@@ -70,9 +70,9 @@ _SECRET_SUFFIXES = (
 )
 
 
-def _secret_name(k: str, fields: frozenset[str]) -> bool:
+def secret_name(k: str, fields: frozenset[str]) -> bool:
     """Whether normalised key ``k`` names a secret."""
-    return k in fields or "passw" in k or k.endswith(_SECRET_SUFFIXES)
+    return k in fields or "passw" in k or k.endswith(SECRET_SUFFIXES)
 
 
 # A lower-case letter or digit followed by a capital: where a name in camelCase or PascalCase
@@ -81,7 +81,7 @@ _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _camels: dict[str, bool] = {}
 
 
-def _camel_secret(name: str) -> bool:
+def camel_secret(name: str) -> bool:
     """Whether mapping key ``name``, written in camelCase or PascalCase, names a secret of
     ``SECRET_FIELDS`` read as snake_case (``SecretAccessKey`` and ``SessionToken`` of AWS's
     credentials, ``clientSecret``, ``refreshToken``, ``privateKey``); ``taskKey``,
@@ -89,7 +89,7 @@ def _camel_secret(name: str) -> bool:
     hit = _camels.get(name)
     if hit is None:
         split = _CAMEL.sub("_", name.strip())
-        hit = len(split) > len(name.strip()) and _secret_name(
+        hit = len(split) > len(name.strip()) and secret_name(
             split.lower().replace("-", "_"), SECRET_FIELDS
         )
         if len(_camels) < 10_000:
@@ -97,9 +97,9 @@ def _camel_secret(name: str) -> bool:
     return hit
 
 
-_lock = threading.Lock()
-_registered: set[str] = set()
-_registered_fields: set[str] = set()
+registry_lock = threading.Lock()
+registered_names: set[str] = set()
+registered_fields: set[str] = set()
 # [environment snapshot, secret values], replaced whole (one assignment: thread-safe enough).
 _env_cache: list[Any] = [None, ()]
 
@@ -126,40 +126,40 @@ def register_secret(value: str | None) -> None:
         return
     value = value.strip()
     if len(value) >= MIN_SECRET_LEN and not _placeholder(value):
-        with _lock:
-            _registered.update(_written(value))
-        register_runs(value, _registered)  # and its pieces (``_redact_runs``)
+        with registry_lock:
+            registered_names.update(written_forms(value))
+        register_runs(value, registered_names)  # and its pieces (``_redact_runs``)
 
 
 RegistryState = tuple[frozenset[str], frozenset[str], Any]
-_resets = [0]  # how many times ``reset`` ran: what was registered once may be gone since
+reset_count = [0]  # how many times ``reset`` ran: what was registered once may be gone since
 
 
 def resets() -> int:
     """How many times ``reset`` has run in this process (a memo of "registered already",
     ``_spec.register_run_secrets``'s, holds only while this is unchanged)."""
-    return _resets[0]
+    return reset_count[0]
 
 
 def registry_state() -> RegistryState:
     """What is registered now: the values, the field names and the index of the values'
     pieces (``_redact_runs``), for ``reset``."""
-    with _lock:
-        return frozenset(_registered), frozenset(_registered_fields), runs_state()
+    with registry_lock:
+        return frozenset(registered_names), frozenset(registered_fields), runs_state()
 
 
 def register_secret_field(name: str) -> None:
     """Mask the value of every mapping key called ``name`` from now on (a spec's
     ``secret_fields``)."""
     if isinstance(name, str) and name.strip():
-        with _lock:
-            _registered_fields.add(_key(name))
+        with registry_lock:
+            registered_fields.add(field_key(name))
 
 
 _keys: dict[str, str] = {}
 
 
-def _key(name: str) -> str:
+def field_key(name: str) -> str:
     # Mapping keys repeat (every record has the same ones): normalise each once.
     k = _keys.get(name)
     if k is None:
@@ -169,7 +169,7 @@ def _key(name: str) -> str:
     return k
 
 
-def _env_secrets() -> tuple[str, ...]:
+def env_secrets() -> tuple[str, ...]:
     """Values of secret-looking environment variables, longest first; recomputed only when
     those variables change."""
     # A C-level comparison with a copy of the raw environment decides whether the cache still
@@ -188,7 +188,7 @@ def _env_secrets() -> tuple[str, ...]:
                     if len(v) >= MIN_SECRET_LEN
                     and _ENV_NAME.search(k) is not None
                     and not _placeholder(v.strip())
-                    for form in _written(v)
+                    for form in written_forms(v)
                 },
                 key=len,
                 reverse=True,
@@ -198,23 +198,23 @@ def _env_secrets() -> tuple[str, ...]:
     return values
 
 
-def _values() -> tuple[str, ...]:
-    env = _env_secrets()
-    if not _registered:
+def secret_values() -> tuple[str, ...]:
+    env = env_secrets()
+    if not registered_names:
         return env
-    with _lock:
-        extra = tuple(_registered)
+    with registry_lock:
+        extra = tuple(registered_names)
     return tuple(sorted(set(env).union(extra), key=len, reverse=True))
 
 
-def _fields_now() -> frozenset[str]:
+def fields_now() -> frozenset[str]:
     """``SECRET_FIELDS`` and the names registered since (the same object when none are)."""
-    if not _registered_fields:
+    if not registered_fields:
         return SECRET_FIELDS
-    with _lock:
-        return SECRET_FIELDS | _registered_fields
+    with registry_lock:
+        return SECRET_FIELDS | registered_fields
 
 
 def any_registered() -> bool:
     """Whether a value was given to ``register_secret`` (no call into the walk when none)."""
-    return bool(_registered)
+    return bool(registered_names)

@@ -43,7 +43,7 @@ _lock = threading.Lock()
 _Index = tuple[object, tuple[str, ...], dict[str, tuple[tuple[int, int], ...]], tuple[str, ...]]
 # (the registry it indexes, lower-cased values, {gram: ((value index, offset), …)}, the grams
 # longest first): replaced whole. It belongs to one registry object
-# (``_redact_registry._registered``): a registry replaced has no pieces until a value is
+# (``_redact_registry.registered_names``): a registry replaced has no pieces until a value is
 # registered in it.
 _index: list[_Index] = [(None, (), {}, ())]
 

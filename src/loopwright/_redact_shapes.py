@@ -1,6 +1,6 @@
 """The text patterns of the redaction net (``_redact``): the shapes a secret written into text
-takes (``_SHAPES``, one expression) and the cheap test that decides whether a text can hold
-one at all (``_triggered``: substring tests in C before the expression runs), on every write.
+takes (``SHAPES``, one expression) and the cheap test that decides whether a text can hold
+one at all (``triggered``: substring tests in C before the expression runs), on every write.
 
 Moved out of ``_redact`` (which walks data; the registries are ``_redact_registry``'s)
 unchanged; ``_redact`` re-exports every name here that its tests reach.
@@ -18,7 +18,7 @@ REDACTED = "***"
 
 class LazyPattern:
     """A regular expression compiled when first used, not at import: every process that
-    imports the engine imported this module, and compiling ``_SHAPES`` (7,000 characters of
+    imports the engine imported this module, and compiling ``SHAPES`` (7,000 characters of
     pattern) was its largest single cost at start-up (8 ms of a child's 130, suite53), paid
     by processes most of which never meet a text that passes the pre-check. ``pattern`` is
     the source, as ``re.Pattern.pattern``; the methods are the compiled pattern's."""
@@ -44,7 +44,7 @@ class LazyPattern:
         return self.compiled().sub(repl, s)
 
 
-def _value(bare: str) -> str:
+def quoted_value(bare: str) -> str:
     """A secret's value after its name: read from its opening quote to the closing one (an
     escaped quote inside is part of it: ``"ab\\"cd"``), one level of escaping deeper too (a
     mapping printed inside a printed string, JSON inside a JSON string: ``\\"ab\\\\\\"cd\\"``,
@@ -73,14 +73,14 @@ def _value(bare: str) -> str:
 # level less escaped (``\\n`` became ``\n``: the inner JSON held a raw line break, unreadable).
 # A ``:`` before a space or a line break (raw or escaped) ends it: the sentence's, not the
 # value's (``password=hunter2: connection refused`` kept its ``:``, as ``query`` does).
-_BARE = r"(?:[^\s,;&\"'}\\:]++|:(?!\s|\\[nrt])|\\\\(?![nrt])|\\(?![\"'nrt\\]))++"
+BARE = r"(?:[^\s,;&\"'}\\:]++|:(?!\s|\\[nrt])|\\\\(?![nrt])|\\(?![\"'nrt\\]))++"
 
 # Where a key's shape may start: at a word's start, or right after an escaped line break or tab
 # (``'…\nsk-…'``: the ``n`` of the escape is a word character, so ``\b`` is not there and a key
 # on the next line of a printed or JSON-escaped text was left in clear).
 _ESCAPED = r"(?<=\\[nrt])"
-_W = rf"(?:\b|{_ESCAPED})"
-_NO_ALNUM_BEFORE = rf"(?:(?<![A-Za-z0-9])|{_ESCAPED})"  # (``pwd=``, ``token:``)
+WORD_EDGE = rf"(?:\b|{_ESCAPED})"
+NO_ALNUM_BEFORE = rf"(?:(?<![A-Za-z0-9])|{_ESCAPED})"  # (``pwd=``, ``token:``)
 _NO_NAME_BEFORE = rf"(?:(?<![A-Za-z0-9_-])|{_ESCAPED})"  # (``Cookie:``, not ``x-cookie:``)
 
 # A ``.netrc`` entry: ``machine HOST login USER password VALUE`` (on one line or several;
@@ -92,16 +92,16 @@ _NO_NAME_BEFORE = rf"(?:(?<![A-Za-z0-9_-])|{_ESCAPED})"  # (``Cookie:``, not ``x
 # those, not ending in ``:``, ``,`` or ``;`` (``default login page: password reset`` is prose).
 _NETRC_SEP = r"(?:\s|\\[nrt])++"
 _NETRC_TOKEN = r"(?:[^\s\\'\",;:]++|:(?=[^\s\\'\",;:])|\\(?![nrt'\"]))++"
-_NETRC_HOST = rf"{_W}(?:machine{_NETRC_SEP}{_NETRC_TOKEN}|default){_NETRC_SEP}"
+_NETRC_HOST = rf"{WORD_EDGE}(?:machine{_NETRC_SEP}{_NETRC_TOKEN}|default){_NETRC_SEP}"
 _NETRC_ACCOUNT = rf"(?:account{_NETRC_SEP}{_NETRC_TOKEN}{_NETRC_SEP})?+"
 _NETRC = (
     rf"(?P<netrc>{_NETRC_HOST}{_NETRC_ACCOUNT}login{_NETRC_SEP}{_NETRC_TOKEN}{_NETRC_SEP}"
     rf"{_NETRC_ACCOUNT}password{_NETRC_SEP}"
-    r"\\*+['\"]?+)(?!\*\*\*)" + _BARE
+    r"\\*+['\"]?+)(?!\*\*\*)" + BARE
 )
 _NETRC_FIRST = (
     rf"(?P<netrcfirst>{_NETRC_HOST}password{_NETRC_SEP}\\*+['\"]?+)(?!\*\*\*)"
-    + rf"(?:{_BARE})(?=(?:\\*+['\"])?+{_NETRC_SEP}(?:login|account){_NETRC_SEP})"
+    + rf"(?:{BARE})(?=(?:\\*+['\"])?+{_NETRC_SEP}(?:login|account){_NETRC_SEP})"
 )
 
 # What may precede a secret's name in a longer one: a name ending in ``_`` or ``-``
@@ -131,11 +131,11 @@ _FLAG_PROSE = (
 # loop possessive (nothing follows a value, so nothing is given back). Python's engine keeps
 # a frame per iteration of a greedy group: with one character an iteration, a value of
 # 300 KB took 50 times as long as one of 30 KB (bench/redact_adversarial.py).
-# Each alternative of ``_SHAPES`` by name, in its order: the search tries them in this order at
+# Each alternative of ``SHAPES`` by name, in its order: the search tries them in this order at
 # each place (the first that matches is taken), and ``_redact_anchors`` tries each alone where
 # its anchor is (an alternative added here needs an anchor there: a unit test checks both
 # name the same).
-_SHAPE_ALTERNATIVES: dict[str, str] = {
+SHAPE_ALTERNATIVES: dict[str, str] = {
     # scheme://user:password@ (a password with a raw "@" is masked up to the last one before the
     # path, as URL parsers read it) or scheme://TOKEN@ (a user name alone of 16 or more token
     # characters with a digit: ``https://ghp…@github.com``; ``postgres@`` is a name)
@@ -144,7 +144,9 @@ _SHAPE_ALTERNATIVES: dict[str, str] = {
     # a chat webhook's URL is its credential (whoever has it posts to the channel): the path
     # after Slack's ``/services/`` (``/workflows/``, ``/triggers/``) or Discord's
     # ``/api/webhooks/``
-    "hook": r"(?P<hook>" + _W + r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
+    "hook": r"(?P<hook>"
+    + WORD_EDGE
+    + r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
     r"|(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/))(?!\*\*\*)[A-Za-z0-9/_-]{8,}",
     # ?api_key=, ?sslpassword=, &refresh_token=, ?client_secret=, ?X-Amz-Signature=,
     # ?authorization=Bearer%20… (a header passed as a parameter)
@@ -154,11 +156,11 @@ _SHAPE_ALTERNATIVES: dict[str, str] = {
     # the value to the next ``&``, ``#``, space or quote; a ``:`` ending it before a space is
     # the sentence's (``GET …?api_key=…: [Errno 111]``), not the value's, and is kept
     r"(?!\*\*\*)(?:[^&#\s\"':]++|:(?!\s))++",
-    "bearer": r"(?P<bearer>" + _W + r"(?i:bearer)(?:\s++|\s*+[:=]\s*+))(?!\*\*\*)"
+    "bearer": r"(?P<bearer>" + WORD_EDGE + r"(?i:bearer)(?:\s++|\s*+[:=]\s*+))(?!\*\*\*)"
     r"[A-Za-z0-9._~+/=-]{8,}",
     # Authorization: <any scheme> <credentials> (Basic, Token, Bearer, …); the scheme is taken
     # whole (possessive) so that an already masked value stays as it is
-    "auth": r"(?P<auth>" + _W + r"(?i:authorization)"
+    "auth": r"(?P<auth>" + WORD_EDGE + r"(?i:authorization)"
     r"\\*+['\"]?\s*[=:]\s*\\*+['\"]?(?:[A-Za-z][A-Za-z0-9_-]*\s+)?+)"
     # and the parameters after the first (Digest's ``, response="…"``, AWS Signature 4's
     # ``, Signature=…``): a ``, name=`` goes on, a quoted parameter ends at ``,`` or the line's end
@@ -182,22 +184,22 @@ _SHAPE_ALTERNATIVES: dict[str, str] = {
     # the name: a prefix of the variable's name does not hide it); a key printed with spaces
     # in it ({'password ': …}) or as ``'password' => …``; a quote escaped once or more (a
     # printed mapping inside a printed string: ``{\'password\': \'…\'}``, ``{\"token\": …}``)
-    # is a quote too; a quoted value is read to its closing quote (``_value``)
+    # is a quote too; a quoted value is read to its closing quote (``quoted_value``)
     "conn": r"(?P<conn>(?i:passw(?:or)?d|api[_-]?key|secret[_-]?(?:access[_-]?)?key"
     r"|client[_-]?secret"
     # (Azure's storage and Service Bus connection strings: ``AccountKey=``, ``SharedAccessKey=``)
     r"|access[_-]?token|account[_-]?key|(?<=shared)access[_-]?key)\s*+\\*+['\"]?\s*+(?:=>?+|:)\s*\\*+['\"]?)(?!\*\*\*)"
-    + _value(_BARE),
+    + quoted_value(BARE),
     # token=…, github_token='…', Cfg(secret='…'): a value with a letter (``token=7`` is a count,
     # and so is a number written with an exponent: ``USD_PER_INPUT_TOKEN = 15e-6``)
     "kv": r"(?P<kv>(?i:token|secret)\\*+['\"]?\s*=\s*\\*+['\"]?)(?!\*\*\*)"
     r"(?=[^\s,;&\"'}]*[A-Za-z])"
-    r"(?![0-9][0-9._]*[eE][-+]?[0-9]+(?![^\s,;&\"'}\\)]))" + _value(_BARE),
+    r"(?![0-9][0-9._]*[eE][-+]?[0-9]+(?![^\s,;&\"'}\\)]))" + quoted_value(BARE),
     # pwd=…, DB_PWD='…' (not OLDPWD=; a path, ``PWD=/home/bob``, is the working directory)
     "pwd": r"(?P<pwd>"
-    + _NO_ALNUM_BEFORE
+    + NO_ALNUM_BEFORE
     + r"(?i:pwd)\\*+['\"]?\s*=\s*\\*+['\"]?)(?!\*\*\*)(?![/~$]|[A-Za-z]:[\\/])"
-    + _value(_BARE),
+    + quoted_value(BARE),
     # a printed mapping: {'token': '…'}, {"github_token": "…"}, {'secret': '…'}, and the
     # other names of ``SECRET_FIELDS`` no pattern above reads ({'pwd': …}, {'cookie': …},
     # {'private_key': …}, {'Set-Cookie': …})
@@ -210,20 +212,23 @@ _SHAPE_ALTERNATIVES: dict[str, str] = {
     r"|bearer|(?:private|session|access)[_-]?key)|"
     + _NAME_BEFORE
     + r"(?i:authorization))\\*+['\"]\s*:\s*\\*+['\"])"
-    r"(?!\*\*\*)" + _value(r"(?:[^'\"\\]++|\\(?!['\"]))++"),
+    r"(?!\*\*\*)" + quoted_value(r"(?:[^'\"\\]++|\\(?!['\"]))++"),
     # a command line's --password VALUE, --github-token VALUE (after ``=`` the patterns above
     # read it): a quoted value, or an argument list's next item (``'--password', '…'``), whatever
     # it holds; unquoted, a value of 6 or more characters with a digit, a capital or a symbol, or
     # of lower-case letters followed by another option, a shell operator or the line's end and
     # not a word of prose about the option (``the --password prompt``)
-    "flagq": r"(?P<flagq>" + _FLAG + r"(?:[ \t]++|['\"],[ \t]*+)['\"])(?!\*\*\*)" + _value("(?!)"),
+    "flagq": r"(?P<flagq>"
+    + _FLAG
+    + r"(?:[ \t]++|['\"],[ \t]*+)['\"])(?!\*\*\*)"
+    + quoted_value("(?!)"),
     "flag": r"(?P<flag>" + _FLAG + r"[ \t]++)(?!\*\*\*)"
     r"(?=[^\s,;'\"]*(?:[0-9A-Z!@#$%^&*+=~/:_]|[.-][^\s,;'\"]))[^\s,;'\"]{6,}",
     "flaglow": r"(?P<flaglow>" + _FLAG + r"[ \t]++)(?!(?:" + "|".join(_FLAG_PROSE) + r")\b)"
     r"[a-z]{6,}+(?=[ \t]++-[A-Za-z-]|[ \t]*+(?:[|&;>)`]|(?![^\r\n])))",
     # log text: token: VALUE, github_token: VALUE, secret: VALUE (a value of 8 or more
     # characters with a digit and a letter: ``token: 12`` is a count, ``Token: the unit`` prose)
-    "logkv": r"(?P<logkv>" + _NO_ALNUM_BEFORE + r"(?i:token|secret) ?:[ \t]*+)(?!\*\*\*)"
+    "logkv": r"(?P<logkv>" + NO_ALNUM_BEFORE + r"(?i:token|secret) ?:[ \t]*+)(?!\*\*\*)"
     r"(?=[^\s,;'\"}:]*[0-9])(?=[^\s,;'\"}:]*[A-Za-z])[^\s,;'\"}:]{8,}",
     # URL-encoded: password%3D…, api_key%3D…, token%3D… (a query inside a query), to ``%26``
     "enc": r"(?P<enc>(?i:passw(?:or)?d|token|secret|api[_-]?key)%3[Dd])(?!\*\*\*)"
@@ -238,8 +243,8 @@ _SHAPE_ALTERNATIVES: dict[str, str] = {
     # (and OpenPGP's ``PRIVATE KEY BLOCK``)
     "pem": r"-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
     r"(?:-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
-    # the keys' own shapes, each at a word's start (``_W``: tested once for all of them)
-    "keys": _W + r"(?:[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
+    # the keys' own shapes, each at a word's start (``WORD_EDGE``: tested once for all of them)
+    "keys": WORD_EDGE + r"(?:[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
     r"|sk-[A-Za-z0-9_-]{12,}"
     r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
     r"|xox[abprs]-[A-Za-z0-9-]{10,}"
@@ -262,10 +267,10 @@ _SHAPE_ALTERNATIVES: dict[str, str] = {
     r"|SK[0-9a-f]{32}(?![A-Za-z0-9]))",
     # (a JSON Web Token: ``_jwts``, before these)
 }
-_SHAPES = LazyPattern("|".join(_SHAPE_ALTERNATIVES.values()))
+SHAPES = LazyPattern("|".join(SHAPE_ALTERNATIVES.values()))
 
 
-def _upper_triggered(s: str, low: str) -> bool:
+def upper_triggered(s: str, low: str) -> bool:
     """Whether ``s`` may hold a shape written in capitals (SendGrid's ``SG.``, Twilio's ``SK``
     and ``AC`` SIDs) or a Docker ``auth`` value (base64: capitals too). ``low`` is
     ``s.lower()``: where the two are equal (one ``memcmp``: most of the engine's records) there
@@ -282,10 +287,10 @@ def _upper_triggered(s: str, low: str) -> bool:
     )
 
 
-# Every shape of ``_SHAPES`` but those written in capitals (``_upper_triggered``: SendGrid,
+# Every shape of ``SHAPES`` but those written in capitals (``upper_triggered``: SendGrid,
 # Twilio, ``_redact_keys``'s mixed-case keys) contains one of these (lower-cased); substring
 # tests run in C and are about ten times faster than the regular expression on text that has none, the common case.
-_TRIGGERS = (
+TRIGGERS = (
     "://",
     "=",
     "-u",
@@ -359,7 +364,7 @@ _TRIGGERS = (
 )
 
 
-def _trie(words: Iterable[str]) -> str:
+def trie(words: Iterable[str]) -> str:
     """An alternation matching any of ``words``, grouped by common prefixes (``a(?:iza|kia)``):
     the regex engine tries one branch per character instead of every word, about three times
     faster on the engine's write path than the flat alternation."""
@@ -374,7 +379,7 @@ def _trie(words: Iterable[str]) -> str:
         if not tails:
             out.append(re.escape(head))
             continue
-        inner = _trie(tails)
+        inner = trie(tails)
         if "" in rests:
             out.append(f"{re.escape(head)}(?:{inner})?")
         elif "|" in inner:
@@ -388,9 +393,9 @@ def _trie(words: Iterable[str]) -> str:
 # alternation is about ten times slower in Python's engine. Those whose first character is
 # everywhere in JSON (":") or could fill a whole value ("xxxx…": the pattern would be tried at
 # every character) are plain substring tests instead, which run in C at memory speed.
-_TRIGGER_IN: tuple[str, ...] = ("=", "://", "xox", "%3a%2f%2f", "-token", "-u")
-_TRIGGER_IN += tuple(t for t in _TRIGGERS if t.startswith("token"))
-_TRIGGER = LazyPattern(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
+TRIGGER_IN: tuple[str, ...] = ("=", "://", "xox", "%3a%2f%2f", "-token", "-u")
+TRIGGER_IN += tuple(t for t in TRIGGERS if t.startswith("token"))
+_TRIGGER = LazyPattern(trie(t for t in TRIGGERS if t not in TRIGGER_IN))
 
 
 # Every trigger of ``_TRIGGER`` contains one of these (``gh`` stands for the five ``gh?_``,
@@ -398,14 +403,14 @@ _TRIGGER = LazyPattern(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
 # lower-case provider keys' ``LOWER_NEEDLES``, stop 48 and keys52):
 # on text with none of them — a clean record — the regular expression never runs. The
 # substring tests run in C; together they cost less than one pass of the expression.
-_PREFILTER = (
+PREFILTER = (
     *("access", "account", "aiza", "akia", "api", "asia", "authorization", "bearer", "eyj", "gh"),
     *("github_pat_", "glpat-", "hf_", "k_", "lw_", "passw", "private", "secret", "sk-"),
     *("pwd", "passphrase", "cookie", "credentials", "session", *LOWER_NEEDLES),
 )
 
 
-# The needles of ``_PREFILTER`` that hold a character the engine's own records lack (no key
+# The needles of ``PREFILTER`` that hold a character the engine's own records lack (no key
 # or number it writes holds a ``z`` or a ``j``): one test for that character (``memchr``, a
 # tenth of a substring test) stands for them on a clean record.
 _PREFILTER_Z = ("aiza", "authorization")
@@ -414,10 +419,10 @@ _PREFILTER_J = ("eyj",)
 # neither character, so one ``memchr`` for it stands for them (stop 49, digest49: a part's
 # value is scanned every cycle it changes, and each needle's test reads all of it).
 _PREFILTER_SCORE = tuple(
-    n for n in _PREFILTER if ("_" in n or "-" in n) and n not in _PREFILTER_Z + _PREFILTER_J
+    n for n in PREFILTER if ("_" in n or "-" in n) and n not in _PREFILTER_Z + _PREFILTER_J
 )
 _PREFILTER_REST = tuple(
-    n for n in _PREFILTER if n not in _PREFILTER_Z + _PREFILTER_J + _PREFILTER_SCORE
+    n for n in PREFILTER if n not in _PREFILTER_Z + _PREFILTER_J + _PREFILTER_SCORE
 )
 # Each of those needles at each of its ``_`` and ``-`` (the character, its place in it).
 _SCORE_AT = tuple(
@@ -478,13 +483,13 @@ def _scored(hay: str) -> bool:
     return False
 
 
-# The ASCII characters no needle of ``_PREFILTER`` holds (digits, quotes, spaces, punctuation,
+# The ASCII characters no needle of ``PREFILTER`` holds (digits, quotes, spaces, punctuation,
 # most capitals): deleted from a long ASCII text before the needles are looked for (one
 # ``bytes.translate``). Deleting characters that no needle holds leaves every needle found in
 # the text whole, so the tests find all they found (and at most a few more, across a deleted
 # character: ``_confirmed`` then reads the text itself); a record's JSON text is about half as
 # long then, and a substring test costs by the characters it passes over (stop 46, cpu46c).
-_NEEDLE_CHARS = frozenset("".join(_PREFILTER))
+_NEEDLE_CHARS = frozenset("".join(PREFILTER))
 _NOT_NEEDLE = bytes(c for c in range(128) if chr(c) not in _NEEDLE_CHARS)
 # (below this length the deletion costs about what it saves; above the second, the two copies
 # it makes — the bytes and what is left — would be transient memory that grows with the text:
@@ -509,7 +514,7 @@ def _confirmed(low: str, passw: bool) -> bool | None:
 
 # What follows ``token`` in a trigger (``token'``, ``token:``, ``token%3d``, …); ``-token`` is
 # the other one holding it.
-_TOKEN_AFTER = tuple(t[5:] for t in _TRIGGER_IN if t.startswith("token"))
+_TOKEN_AFTER = tuple(t[5:] for t in TRIGGER_IN if t.startswith("token"))
 
 
 def _token_trigger(low: str) -> bool:
@@ -523,14 +528,14 @@ def _token_trigger(low: str) -> bool:
     return False
 
 
-def _triggered(low: str, *, passw: bool = False) -> bool | None:
-    """Whether lower-cased ``low`` contains one of ``_TRIGGERS`` (or, with ``passw``, the
+def triggered(low: str, *, passw: bool = False) -> bool | None:
+    """Whether lower-cased ``low`` contains one of ``TRIGGERS`` (or, with ``passw``, the
     text ``passw``: the clean scan's test for a key holding it, which the prefilter's scan
     for ``passw`` answers on the clean text, the common case, without reading it again).
     With ``passw``, a falsy answer is None where ``private`` or ``session`` is in the text and
     False only where neither is: then no key of a secret's name can be in a plain text (the
     clean scan skips its key pattern; ``_redact._clean_text``)."""
-    # ``_TRIGGER_IN`` spelled out: a generator here costs more than the tests. A one-character
+    # ``TRIGGER_IN`` spelled out: a generator here costs more than the tests. A one-character
     # test first where the needle's character is rare in records (``x``, ``%``).
     if (
         "=" in low

@@ -6,7 +6,7 @@ import base64
 import functools
 import re
 
-from ._redact_shapes import _BARE, _NO_ALNUM_BEFORE, _W, REDACTED
+from ._redact_shapes import BARE, NO_ALNUM_BEFORE, REDACTED, WORD_EDGE
 
 # A JSON Web Token (header and payload are base64 JSON objects: ``eyJ`` is ``{"``): ``eyJ``
 # at a word's start and 5 or more characters, then ``.eyJ`` and 5 or more, then ``.`` and a
@@ -19,10 +19,10 @@ from ._redact_shapes import _BARE, _NO_ALNUM_BEFORE, _W, REDACTED
 _JWT_RUN = re.compile(
     r"(?<![A-Za-z0-9_-])[A-Za-z0-9_-]{8,}+(?=\.eyJ)\.eyJ[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]*+"
 )
-_JWT_HEAD = re.compile(_W + "eyJ")  # (after an escaped line break too: ``\neyJ…``)
+_JWT_HEAD = re.compile(WORD_EDGE + "eyJ")  # (after an escaped line break too: ``\neyJ…``)
 
 
-def _jwts(s: str) -> str:
+def jwts(s: str) -> str:
     """``s`` with each JSON Web Token masked (see ``_JWT_RUN``), in one pass of its length."""
     out: list[str] = []
     done = pos = 0
@@ -42,11 +42,11 @@ def _jwts(s: str) -> str:
 
 # curl's credentials option: ``-u USER:PASSWORD`` (``--user``, ``-U``/``--proxy-user``, glued
 # ``-uUSER:PW``, ``=``, an argument list's next item ``'-u', 'USER:PW'``), the user up to the
-# first ``:``. Read only on a command line that names ``curl`` (``_curl_users``): ``docker
+# first ``:``. Read only on a command line that names ``curl`` (``curl_users``): ``docker
 # run -u 1000:1000`` is a user and a group.
 _CURL_USER = (
     r"(?<![\w-])(?:-[uU]|--(?:proxy-)?user)(?:[ \t]++|=|\\*+['\"],[ \t]*+)?+\\*+['\"]?+"
-    r"(?P<user>[^\s'\":\\]*+):(?!\*\*\*)(?P<pw>" + _BARE + ")?"
+    r"(?P<user>[^\s'\":\\]*+):(?!\*\*\*)(?P<pw>" + BARE + ")?"
 )
 _CURL_WORD = r"(?<![\w.-])curl(?:\.exe)?(?![\w-])"
 # a line's end that is not continued: a raw line break, or an escaped one (``\n`` in a printed
@@ -56,13 +56,13 @@ _CURL_SPAN = 2000  # how far back from its option a ``curl`` is looked for
 
 
 @functools.cache
-def _compiled(pattern: str) -> re.Pattern[str]:
+def compiled_pattern(pattern: str) -> re.Pattern[str]:
     """The passes' expressions, compiled when first used (most processes never meet a ``curl
     -u`` or an ``auth`` key: 3 M instructions less at import)."""
     return re.compile(pattern)
 
 
-def _curl_users(s: str) -> str:
+def curl_users(s: str) -> str:
     """``s`` with the password of each ``curl -u USER:PASSWORD`` masked (``USER:***``; a user
     alone, ``-u KEY:``, an API key as the user name, is masked itself when 6 or more
     characters). One pass: the ``curl`` words and line breaks before each option are found
@@ -70,8 +70,8 @@ def _curl_users(s: str) -> str:
     out: list[str] = []
     done = seen = 0
     curl = brk = -1
-    words, breaks = _compiled(_CURL_WORD), _compiled(_LINE_BREAK)
-    for m in _compiled(_CURL_USER).finditer(s):
+    words, breaks = compiled_pattern(_CURL_WORD), compiled_pattern(_LINE_BREAK)
+    for m in compiled_pattern(_CURL_USER).finditer(s):
         i = m.start()
         for c in words.finditer(s, seen, i):
             curl = c.start()
@@ -92,13 +92,13 @@ MIN_USER_KEY = 6  # ``-u KEY:``: a user name alone masked from this length
 
 
 # Docker's ``config.json`` (and a Basic credential kept under ``auth`` elsewhere): the value of
-# a quoted ``auth`` key that is base64 of ``user:password`` (``_basic_pair``)
+# a quoted ``auth`` key that is base64 of ``user:password`` (``basic_pair``)
 _AUTH_VALUE = (
     r"(?<=['\"])auth\\*+['\"]\s*+:\s*+\\*+['\"](?P<v>[A-Za-z0-9+/]{4,}+={0,2}+)(?=\\*+['\"])"
 )
 
 
-def _basic_pair(value: str) -> bool:
+def basic_pair(value: str) -> bool:
     """Whether ``value`` is base64 of ``user:password`` (printable UTF-8 text with a ``:``
     between two non-empty parts): Docker's ``auth``; ``"auth": "oauth2"`` is a name."""
     if len(value) < 4 or len(value) > 4096:
@@ -111,15 +111,15 @@ def _basic_pair(value: str) -> bool:
     return bool(colon and user and password and text.isprintable())
 
 
-def _auth_values(s: str) -> str:
+def auth_values(s: str) -> str:
     """``s`` with each quoted ``auth`` key's base64 ``user:password`` value masked."""
 
     def one(m: re.Match[str]) -> str:
-        if not _basic_pair(m.group("v")):
+        if not basic_pair(m.group("v")):
             return m.group(0)
         return m.group(0)[: m.start("v") - m.start()] + REDACTED
 
-    return _compiled(_AUTH_VALUE).sub(one, s)
+    return compiled_pattern(_AUTH_VALUE).sub(one, s)
 
 
 # A Twilio account's SID (``AC`` and 32 hex digits) and, in the same text, an auth token
@@ -128,18 +128,18 @@ def _auth_values(s: str) -> str:
 # digits is its token far more often than anything else (Twilio's other SIDs are prefixed:
 # ``SM…``, ``CA…``). The SID itself stays (an identifier).
 _TWILIO_ACCOUNT = r"(?<![A-Za-z0-9])AC[0-9a-f]{32}(?![A-Za-z0-9])"
-_TWILIO_TOKEN = _NO_ALNUM_BEFORE + r"[0-9a-f]{32}(?![A-Za-z0-9])"
+_TWILIO_TOKEN = NO_ALNUM_BEFORE + r"[0-9a-f]{32}(?![A-Za-z0-9])"
 
 
-def _twilio_tokens(s: str) -> str:
+def twilio_tokens(s: str) -> str:
     """``s`` with each bare run of 32 hex digits masked where ``s`` names a Twilio account's
     SID (``_TWILIO_ACCOUNT``); ``s`` itself (no copy) where it names none."""
-    if _compiled(_TWILIO_ACCOUNT).search(s) is None:
+    if compiled_pattern(_TWILIO_ACCOUNT).search(s) is None:
         return s
-    return _compiled(_TWILIO_TOKEN).sub(REDACTED, s)
+    return compiled_pattern(_TWILIO_TOKEN).sub(REDACTED, s)
 
 
-def _shape(m: re.Match[str]) -> str:
+def masked_shape(m: re.Match[str]) -> str:
     group = m.lastgroup  # the kept part's name (each alternative has at most one)
     if group is None:
         return REDACTED

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from . import _decide as rules
-from ._actor_context import _shown
+from ._actor_context import shown_items
 from ._calls import call_user, hook_timeout
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
@@ -154,9 +154,9 @@ class Reflection(RuntimeHost):
             return False
         state = before.task_state()
         ids = [str(m) for m in record.get("memory") or ()]
-        # as the cycle's recall showed them (``_shown``): a strength PostgreSQL kept as -0.0
+        # as the cycle's recall showed them (``shown_items``): a strength PostgreSQL kept as -0.0
         # (a row written before ``add`` made it 0.0) was shown to the reflector as -0
-        shown = _shown(
+        shown = shown_items(
             [
                 MemoryItem.from_dict(row)
                 for mid in ids

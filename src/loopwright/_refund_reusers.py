@@ -15,7 +15,7 @@ from ._loop import Loop
 from .store import EffectReuse, JournalEntry, NewApproval, Store
 
 
-def _reusers(store: Store, run_id: str, kind: str, action: Any) -> list[EffectReuse]:
+def reusers(store: Store, run_id: str, kind: str, action: Any) -> list[EffectReuse]:
     """The runs that reused ``run_id``'s business action ``action`` while it holds it done
     (none for an action not claimed store-wide, or no longer this run's)."""
     if not isinstance(action, str):
@@ -30,7 +30,7 @@ def _reusers(store: Store, run_id: str, kind: str, action: Any) -> list[EffectRe
     return reused
 
 
-def _reuse_who(who: Mapping[str, Any] | None, field: str = "amount") -> dict[str, Any]:
+def reuse_who(who: Mapping[str, Any] | None, field: str = "amount") -> dict[str, Any]:
     """Who may decide the refund of a payment other runs reused: whom its rule names (its
     role, approvers and the field its limits read; anyone with the approver role for a rule
     that names none, or an ``allow`` made ``require``), and never one of the refunding run's
@@ -44,13 +44,13 @@ def _reuse_who(who: Mapping[str, Any] | None, field: str = "amount") -> dict[str
     return base
 
 
-def _field(loop: Loop | None, rule: str | None) -> str:
+def limit_field(loop: Loop | None, rule: str | None) -> str:
     """The argument the limits of rule ``rule`` read (``amount`` when no rule is named)."""
     found = next((r for r in loop.approvals.rules if r.name == rule), None) if loop else None
     return found.field if found is not None else "amount"
 
 
-def _reuse_why(reused: list[EffectReuse]) -> str:
+def reuse_why(reused: list[EffectReuse]) -> str:
     named = ", ".join(f"{r.run_id} ({r.status})" for r in reused)
     return (
         f"reused by run(s) {named}: undone, it leaves them on a payment that no longer "
@@ -58,13 +58,13 @@ def _reuse_why(reused: list[EffectReuse]) -> str:
     )
 
 
-def _reuse_what(reused: list[EffectReuse]) -> str:
+def reuse_what(reused: list[EffectReuse]) -> str:
     if not reused:
         return ""
     return "; reused by run(s) " + ", ".join(f"{r.run_id} ({r.status})" for r in reused)
 
 
-def _repark(
+def repark(
     o: dict[str, Any],
     reused: list[EffectReuse],
     cycle: int,
@@ -78,7 +78,7 @@ def _repark(
     to run (it was allowed, or approved before they reused it): ``o`` now waits for it. Who
     may decide it is who could decide the request it replaces (its rule's roles, approvers,
     the field its limits read — ``field`` for an allowed offer, which had none), never one of
-    the run's requesters (``_reuse_who``), and it expires as that one did, ``now`` (the
+    the run's requesters (``reuse_who``), and it expires as that one did, ``now`` (the
     store's ``clock()``) plus as long."""
     prior = decided.get(str(o.get("approval_id")))
     who = (prior.evidence or {}).get("who") if prior is not None else None
@@ -94,7 +94,7 @@ def _repark(
     o.update(
         action="require",
         approval_id=aid,
-        why=_reuse_why(reused),
+        why=reuse_why(reused),
         reused_by=[dataclasses.asdict(r) for r in reused],
     )
     return NewApproval(
@@ -103,14 +103,14 @@ def _repark(
         kind="compensation",
         rule=o.get("rule"),
         what=f"undo {o['effect']} (done in cycle {o.get('cycle')}, key "
-        f"{o.get('call_key') or o['key']})" + _reuse_what(reused),
+        f"{o.get('call_key') or o['key']})" + reuse_what(reused),
         why=f"{why}; {o['why']}" if why else str(o["why"]),
         evidence={
             "effect": o["effect"],
             "kind": o.get("kind"),
             "args": o.get("args"),
             "result": o.get("result"),
-            "who": _reuse_who(who, field),
+            "who": reuse_who(who, field),
             "reused_by": o["reused_by"],
         },
         diff=None,
@@ -121,7 +121,7 @@ def _repark(
     )
 
 
-def _told(o: dict[str, Any]) -> list[str]:
+def told_runs(o: dict[str, Any]) -> list[str]:
     """The runs reusing offer ``o``'s action that a person was told of: those its request
     named (an ``allow`` offer was decided by no one: none)."""
     if o["action"] != "require":
@@ -129,7 +129,7 @@ def _told(o: dict[str, Any]) -> list[str]:
     return [str(r["run_id"]) for r in o.get("reused_by") or ()]
 
 
-def _reused_since(
+def reused_since(
     store: Store,
     ex: Execution,
     offers: list[dict[str, Any]],
@@ -150,7 +150,7 @@ def _reused_since(
         orig = origs[str(o["key"])] = store.journal(ex.run_id, key=f"effect:{o['key']}")
         if not orig or orig[0].status != "done":
             continue
-        reused = _reusers(store, ex.run_id, str(o.get("kind")), orig[0].data.get("action"))
-        if any(r.run_id not in _told(o) for r in reused):
+        reused = reusers(store, ex.run_id, str(o.get("kind")), orig[0].data.get("action"))
+        if any(r.run_id not in told_runs(o) for r in reused):
             out.append((o, reused))
     return out

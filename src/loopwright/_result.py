@@ -1,5 +1,5 @@
 """``RunResult``: how a run stands after the engine returned, and the state it holds
-(``_lasting``): every version read at once while they fit in ``RESULT_HELD_BYTES``, else read
+(``lasting``): every version read at once while they fit in ``RESULT_HELD_BYTES``, else read
 when wanted, through the store or its database opened again (invariant 8).
 """
 
@@ -58,7 +58,7 @@ RESULT_HELD_BYTES = 8 * 2**20
 result of such a run outlives its store); a larger one reads its older versions when wanted."""
 
 
-def _lasting(state: TaskState, store: Store, run_id: str, *, ended: bool) -> TaskState:
+def lasting(state: TaskState, store: Store, run_id: str, *, ended: bool) -> TaskState:
     """A result's state. Every version is read now, in one read, when the run has ended and
     holding them costs at most ``RESULT_HELD_BYTES`` (the result then outlives the store it
     came from, and needs none), or when the database cannot be opened again; otherwise older
@@ -103,9 +103,9 @@ class _AsOf:
     def __copy__(self) -> _AsOf:
         return self
 
-    def __reduce__(self) -> tuple[type[_Read], tuple[tuple[Version, ...]]]:
+    def __reduce__(self) -> tuple[type[Read], tuple[tuple[Version, ...]]]:
         # A store's connection does not cross processes: the versions, read now, do.
-        return _Read, (tuple(self()),)
+        return Read, (tuple(self()),)
 
     def __call__(self) -> list[Version]:
         versions = list(self._loader(self._ref))
@@ -119,7 +119,7 @@ class _AsOf:
         return versions
 
 
-class _Read:
+class Read:
     """A part's versions read already: what a pickled lazy result's loader becomes."""
 
     __slots__ = ("_versions",)
@@ -127,8 +127,8 @@ class _Read:
     def __init__(self, versions: tuple[Version, ...]) -> None:
         self._versions = versions
 
-    def __reduce__(self) -> tuple[type[_Read], tuple[tuple[Version, ...]]]:
-        return _Read, (self._versions,)
+    def __reduce__(self) -> tuple[type[Read], tuple[tuple[Version, ...]]]:
+        return Read, (self._versions,)
 
     def __call__(self) -> list[Version]:
         return list(self._versions)

@@ -9,7 +9,7 @@ most once. An effect without a compensation is listed as irreversible, never sil
 A payment other runs reused (a fork that inherited it included) is refunded only with a
 person's approval, whatever the rule: its request names them (an ``allow`` rule is about the
 refund, not about leaving other runs accepted on a payment that no longer stands), never one
-that whoever asked for the refund may give (separation of duties, ``_reuse_who``), and once
+that whoever asked for the refund may give (separation of duties, ``reuse_who``), and once
 refunded the store tells each of them. A run never undoes what it reused or inherited: the
 run that did it can.
 """
@@ -33,14 +33,14 @@ from ._exec import Execution
 from ._loop import Loop
 from ._policy import ApprovalPolicy
 from ._refund_reusers import (
-    _field,
-    _repark,
-    _reuse_what,
-    _reuse_who,
-    _reuse_why,
-    _reused_since,
-    _reusers,
-    _told,
+    limit_field,
+    repark,
+    reuse_what,
+    reuse_who,
+    reuse_why,
+    reused_since,
+    reusers,
+    told_runs,
 )
 from ._store_threads import written
 from .store import EffectReuse, JournalEntry, NewApproval, NewEvent, Store
@@ -98,7 +98,7 @@ def offer_compensations(
         e
         for e in after
         if e.status == "done"
-        and not _is_compensation(e)
+        and not is_compensation(e)
         and e.key.removeprefix("effect:") not in offered
     ]
     # A compensation that ran but whose original was not yet marked (a crash in between)
@@ -151,17 +151,17 @@ def offer_compensations(
         d = explicit.match(eff.kind, comp_name, args) or loop.approvals.decide(
             eff.kind, eff.name, args
         )
-        reused = _reusers(store, run_id, eff.kind, e.data.get("action"))
+        reused = reusers(store, run_id, eff.kind, e.data.get("action"))
         if reused and d.action == "allow":
             # Other runs were accepted (or go on) on this payment: an ``allow`` rule is about
             # the refund, not about leaving them on a payment that no longer stands.
-            d = dataclasses.replace(d, action="require", why=_reuse_why(reused))
+            d = dataclasses.replace(d, action="require", why=reuse_why(reused))
         elif reused and d.action == "deny":
-            d = dataclasses.replace(d, why=f"{d.why}{_reuse_what(reused)}".lstrip("; "))
+            d = dataclasses.replace(d, why=f"{d.why}{reuse_what(reused)}".lstrip("; "))
         elif reused:
-            d = dataclasses.replace(d, why=f"{d.why}; {_reuse_why(reused)}".lstrip("; "))
+            d = dataclasses.replace(d, why=f"{d.why}; {reuse_why(reused)}".lstrip("; "))
         if reused and d.action == "require":
-            d = dataclasses.replace(d, who=_reuse_who(d.who, _field(loop, d.rule)))
+            d = dataclasses.replace(d, who=reuse_who(d.who, limit_field(loop, d.rule)))
         offer: dict[str, Any] = {
             "key": ikey,
             "effect": name,
@@ -189,7 +189,7 @@ def offer_compensations(
                     kind="compensation",
                     rule=offer["rule"],
                     what=f"undo {eff.describe(args)} (done in cycle {e.cycle}, key {handed})"
-                    + _reuse_what(reused),
+                    + reuse_what(reused),
                     why=f"{why}; {offer['why']}" if offer["why"] else why,
                     evidence={
                         "effect": name,
@@ -217,7 +217,7 @@ def offer_compensations(
     return pending, requests
 
 
-def _is_compensation(e: JournalEntry) -> bool:
+def is_compensation(e: JournalEntry) -> bool:
     return str(e.data.get("name", "")).endswith(".compensate")
 
 
@@ -254,7 +254,7 @@ def _undone(
     return {
         (e.data.get("args") or {}).get("compensates")
         for e in seen.values()
-        if _is_compensation(e) and e.status == "done" and not undid_for_origin(e)
+        if is_compensation(e) and e.status == "done" and not undid_for_origin(e)
     }
 
 
@@ -371,8 +371,10 @@ async def run_compensations(
     # each offer about to run's original entry, read once (here, and by the loop below)
     origs: dict[str, list[JournalEntry]] = {}
     asks = [
-        _repark(o, reused, cycle, why, decided, _field(ex.loop, o.get("rule")), now=store.clock())
-        for o, reused in _reused_since(store, ex, offers, decided, origs)
+        repark(
+            o, reused, cycle, why, decided, limit_field(ex.loop, o.get("rule")), now=store.clock()
+        )
+        for o, reused in reused_since(store, ex, offers, decided, origs)
     ]
     if asks:
         return Reparked(asks)
@@ -422,14 +424,14 @@ async def run_compensations(
             # charge, reported paid) while the compensation runs, nor after a crash left it
             # unsettled; the outcome below settles the claim.
             try:
-                await _mark_undo(store, ex, orig[0], "undoing", claim, told=_told(o))
+                await _mark_undo(store, ex, orig[0], "undoing", claim, told=told_runs(o))
             except EffectReused as exc:
                 # reused between the read above and this write (which reads under the claim's
                 # lock): nothing of it written; those before it ran (journaled: a resume
                 # reports them as they ended, not running them again)
                 reused = [EffectReuse(r, st) for r, st in exc.runs]
-                field = _field(ex.loop, o.get("rule"))
-                return Reparked([_repark(o, reused, cycle, why, decided, field, now=store.clock())])
+                field = limit_field(ex.loop, o.get("rule"))
+                return Reparked([repark(o, reused, cycle, why, decided, field, now=store.clock())])
         # A run undoes its own execution: the compensation's key is this run's, never claimed
         # store-wide (another run's refund of the same invoice is not this one's).
         outcome = await perform_effect(

@@ -12,7 +12,7 @@ from typing import Any
 
 from ._concluded import concluded_in
 from ._contract import TERMINAL_STATUSES
-from ._crash_bound import _LEFT_ALIVE, _lease
+from ._crash_bound import LEFT_ALIVE, event_lease
 from ._decide import record_no_attempt
 from ._errors import ConfigError, RunNotFoundError
 from ._inherited import fork_seq, inherited
@@ -231,7 +231,7 @@ class RunMetrics:
 
     @property
     def spend_after_last_improvement_frac(self) -> float | None:
-        return _div(self.spend_after_last_improvement_usd, self.cost_usd)
+        return ratio_or_none(self.spend_after_last_improvement_usd, self.cost_usd)
 
     @property
     def progress(self) -> float:
@@ -243,11 +243,11 @@ class RunMetrics:
 
     @property
     def progress_per_usd(self) -> float | None:
-        return _div(self.progress, self.cost_usd)
+        return ratio_or_none(self.progress, self.cost_usd)
 
     @property
     def progress_per_cycle(self) -> float | None:
-        return _div(self.progress, self.cycles)
+        return ratio_or_none(self.progress, self.cycles)
 
     @property
     def false_success(self) -> bool | None:
@@ -308,7 +308,7 @@ def stopped_by(stop_reason: str | None, packet: Mapping[str, Any] | None) -> str
     return group
 
 
-def _div(num: float, den: float) -> float | None:
+def ratio_or_none(num: float, den: float) -> float | None:
     return num / den if den > 0 else None
 
 
@@ -476,11 +476,11 @@ class _RunFold:
             if e.kind == "resumed" and self.running and not self.handed_off:
                 self.left.append(self.lease)
             self.running, self.handed_off = True, False
-            self.lease = _lease(e)
+            self.lease = event_lease(e)
         elif e.kind in _HANDOFF_EVENTS:
             self.handed_off = True
-        elif e.kind in _LEFT_ALIVE:
-            lease = _lease(e)
+        elif e.kind in LEFT_ALIVE:
+            lease = event_lease(e)
             if lease is None:  # (written before leases were named: read as a handoff then)
                 self.handed_off = True
             else:

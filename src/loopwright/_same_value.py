@@ -22,7 +22,7 @@ def _kind(value: Any) -> str | None:
     return None
 
 
-def _kinds_agree(a: Any, b: Any) -> bool:
+def kinds_agree(a: Any, b: Any) -> bool:
     """Of two equal values (``a == b``), whether every number in them is of one kind in both.
     Walked with a list, not by recursion: two frames a level (a call and its generator) raised
     RecursionError on a value nested 330 deep that a proposal may hold and ``==`` compares
@@ -59,4 +59,4 @@ def same_value(a: Any, b: Any) -> bool:
     ``1`` and ``True``, written ``"1"`` and ``"true"``). A proposal
     setting ``1`` to ``True`` was dropped as no change: the checks judged the ``1``, and the
     proposal was taken for the no-change one rejected before (stall51)."""
-    return a is b or (a == b and _kinds_agree(a, b))
+    return a is b or (a == b and kinds_agree(a, b))

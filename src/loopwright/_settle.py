@@ -26,7 +26,7 @@ from ._errors import ConfigError
 from ._host import RuntimeHost
 from ._json import check_given_text, check_value
 from ._packet import SETTLE_TAIL, settle_first
-from ._people import _printable_note
+from ._people import printable_note
 from ._redact import redact, redact_text
 from ._settle_refund import is_refund, settle_undoing, settled_packet, undone_words
 from ._stored_run_words import run_stop_cause
@@ -73,7 +73,7 @@ class Settling(RuntimeHost):
             if note is not None:
                 check_given_text(note, field="note")
             # (a note holding an escape sequence refused here, audited as a pause's is)
-            printable = _printable_note(note) if note else None
+            printable = printable_note(note) if note else None
             if done:
                 # what a person gives is stored as given or refused, as an edit's value: a NaN
                 # was written as null, a set as its text, a value nested too deep failed
@@ -102,9 +102,9 @@ class Settling(RuntimeHost):
             data["doubt"] = {k: entry.data[k] for k in ("cause", "error") if k in entry.data}
             if done:
                 status = "done"
-                from ._effect_journal import _jsonable  # (not at start-up: test_layering)
+                from ._effect_journal import jsonable  # (not at start-up: test_layering)
 
-                data["result"] = _jsonable(result)
+                data["result"] = jsonable(result)
             else:
                 status = "failed"
                 data["cause"] = redact_text(
@@ -225,7 +225,7 @@ def settle_hint(store: Store, run_id: str, key: str) -> str:
     found = store.journal(run_id, key=f"effect:{key}")
     if not found or found[0].status != "in_doubt" or found[0].data.get("from_run"):
         return ""
-    # (runnable as printed, kept whole by a clipped cause: ``_packet._clip``; polish55)
+    # (runnable as printed, kept whole by a clipped cause: ``_packet.clip``; polish55)
     return (
         f"{SETTLE_TAIL}`loopwright settle {run_id[:12]} {key} --done` if it happened "
         "(or `--not-done`), then roll the run back and resume it"

@@ -74,7 +74,7 @@ from .store import RunRecord
 
 __all__ = ["load_spec", "loop_of_run", "register_run_secrets", "resolve_ref"]
 
-_TOP = {
+TOP_KEYS = {
     "name",
     "project",
     "description",
@@ -259,7 +259,7 @@ def _same_bytes(a: Path, b: Path) -> bool:
         return False
 
 
-def _table(data: Any, where: str, allowed: set[str]) -> Mapping[str, Any]:
+def vetted(data: Any, where: str, allowed: set[str]) -> Mapping[str, Any]:
     if not isinstance(data, Mapping):
         raise SpecError("must be a table", field=where)
     for key in data:
@@ -330,7 +330,7 @@ def _kind(value: Any) -> str:
     return repr(value)
 
 
-def _build(ref: str, options: Any, base: Path, where: str) -> Any:
+def build_from_ref(ref: str, options: Any, base: Path, where: str) -> Any:
     obj = resolve_ref(ref, base, f"{where}.ref")
     if options is None:
         if not callable(obj):
@@ -380,7 +380,7 @@ def load_spec(path: str | os.PathLike[str]) -> Loop:
         raise SpecError(f"{p} is nested too deeply to be a loop spec", field="spec") from None
     except OSError as exc:
         raise SpecError(f"cannot read {p}: {exc.strerror or exc}", field="spec") from None
-    _table(data, "", _TOP)
+    vetted(data, "", TOP_KEYS)
     bad = _non_finite(data)
     if bad is not None:
         raise SpecError(f"must be a finite number, got {bad[1]}", field=bad[0])
@@ -394,18 +394,18 @@ def load_spec(path: str | os.PathLike[str]) -> Loop:
     name = data.get("name")
     if not isinstance(name, str) or not name.strip():
         raise SpecError("is required (a non-empty string)", field="name")
-    actor_t = _table(data.get("actor"), "actor", _ACTOR) if "actor" in data else None
+    actor_t = vetted(data.get("actor"), "actor", _ACTOR) if "actor" in data else None
     if actor_t is None or "ref" not in actor_t:
         raise SpecError("is required: [actor] ref = 'file.py:function'", field="actor.ref")
     actor_timeout = _number(actor_t, "timeout_s", "actor.timeout_s")
-    actor = _build(actor_t["ref"], actor_t.get("options"), base, "actor")
+    actor = build_from_ref(actor_t["ref"], actor_t.get("options"), base, "actor")
     verifiers = data.get("verifiers", [])
     if not isinstance(verifiers, list):
         raise SpecError("must be an array of tables ([[verifiers]])", field="verifiers")
     checks = []
     for i, v in enumerate(verifiers):
         where = f"verifiers[{i}]"
-        vt = _table(v, where, _VERIFIER)
+        vt = vetted(v, where, _VERIFIER)
         if "ref" not in vt:
             raise SpecError("is required", field=f"{where}.ref")
         vname = _text(vt, "name", f"{where}.name")
@@ -413,7 +413,7 @@ def load_spec(path: str | os.PathLike[str]) -> Loop:
         required = _flag(vt, "required", f"{where}.required", True)
         weight = _number(vt, "weight", f"{where}.weight")
         timeout_s = _number(vt, "timeout_s", f"{where}.timeout_s")
-        fn = _build(vt["ref"], vt.get("options"), base, where)
+        fn = build_from_ref(vt["ref"], vt.get("options"), base, where)
         try:
             checks.append(
                 Check(
@@ -446,7 +446,7 @@ def load_spec(path: str | os.PathLike[str]) -> Loop:
         raise
     except ConfigError as exc:
         raise _as_spec_error(exc) from None
-    init = _build(data["init"], None, base, "init") if "init" in data else None
+    init = build_from_ref(data["init"], None, base, "init") if "init" in data else None
     effects = _effects(data.get("effects", []), base)
     if "model" in data:
         _model_limits(data["model"], [actor, *(c.fn for c in checks)])
@@ -484,7 +484,7 @@ def _effects(tables: Any, base: Path) -> list[Effect]:
     out = []
     for i, t in enumerate(tables):
         where = f"effects[{i}]"
-        et = _table(t, where, _EFFECT)
+        et = vetted(t, where, _EFFECT)
         if "ref" not in et:
             raise SpecError("is required", field=f"{where}.ref")
         obj = resolve_ref(et["ref"], base, f"{where}.ref")
@@ -565,7 +565,7 @@ def register_run_secrets(rec: RunRecord) -> bool:
 def _model_limits(table: Any, fns: list[Any]) -> None:
     """``[model.limits]``: hold every model-backed callable (an adapter with ``use_limits``)
     to these per-endpoint limits, shared by all runs in the process."""
-    limits = _table(_table(table, "model", _MODEL).get("limits", {}), "model.limits", _MODEL_LIMITS)
+    limits = vetted(vetted(table, "model", _MODEL).get("limits", {}), "model.limits", _MODEL_LIMITS)
     adapters = [fn for fn in fns if callable(getattr(fn, "use_limits", None))]
     if limits and not adapters:
         raise SpecError(

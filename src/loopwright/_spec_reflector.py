@@ -26,12 +26,14 @@ def reflector_of(data: Mapping[str, Any], base: Path) -> dict[str, Any]:
     if "reflector" not in data:
         return {}
     # (imported here: _spec imports this module; its helpers keep one rule for every ref)
-    from ._spec import _build, _table
+    from ._spec import build_from_ref, vetted
 
-    t = _table(data["reflector"], "reflector", _REFLECTOR)
+    t = vetted(data["reflector"], "reflector", _REFLECTOR)
     if "ref" not in t:
         raise SpecError("is required: [reflector] ref = 'file.py:function'", field="reflector.ref")
-    out: dict[str, Any] = {"reflector": _build(t["ref"], t.get("options"), base, "reflector")}
+    out: dict[str, Any] = {
+        "reflector": build_from_ref(t["ref"], t.get("options"), base, "reflector")
+    }
     if "kept" in t:
         kept = t["kept"]
         if isinstance(kept, bool) or not isinstance(kept, int) or kept < 1:

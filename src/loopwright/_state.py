@@ -13,25 +13,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _json
-from ._copy_on_read import _CopyOnRead, _detached_artifact, _json_copy, copied_on_read
+from ._copy_on_read import CopyOnRead, copied_on_read, detached_artifact, json_copy
 from ._digests import Digests
 from ._errors import ConfigError
 from ._finding import Finding
 from ._parts import (
-    _PART_STATUSES,
+    PART_STATUSES,
     Artifact,
     Part,
     PartStatus,
     Version,
     VersionLoader,
-    _bind,
+    bind,
     match_any,
     part_ref,
     split_ref,
 )
-from ._plan import Planning, PlanStep, StepStatus, _PlanTrack, task_plan
-from ._same_value import _kinds_agree, same_value
-from ._stored_accounting import _billed, _cap_checks, _held_out_spent, _paid_cycles, _priced
+from ._plan import Planning, PlanStep, PlanTrack, StepStatus, task_plan
+from ._same_value import kinds_agree, same_value
+from ._stored_accounting import billed_of, cap_checks_of, held_out_of, paid_cycles_of, priced_row
 from ._usage import Usage
 
 __all__ = [
@@ -133,10 +133,10 @@ class TaskState(Planning):
     _best_diff: tuple[dict[str, int], dict[str, int], list[str]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
-    # What is derived from the plan (``_PlanTrack``): positions by id, the steps changed
+    # What is derived from the plan (``PlanTrack``): positions by id, the steps changed
     # since the next checkpoint last took them, where the first open step may be, and the
     # open steps that wait on parts, so that a cycle's plan work follows what it changed.
-    _track: _PlanTrack | None = field(default=None, init=False, repr=False, compare=False)
+    _track: PlanTrack | None = field(default=None, init=False, repr=False, compare=False)
 
     # --- reading -------------------------------------------------------------------------
     def part(self, ref: str) -> Part | None:
@@ -195,7 +195,7 @@ class TaskState(Planning):
             p._owner = self._token
         # (``same_value`` written out: no call for a write that changes the part)
         elif (held := p._known[p.count].value) is value or (
-            held == value and _kinds_agree(held, value)
+            held == value and kinds_agree(held, value)
         ):
             return False
         else:
@@ -252,8 +252,8 @@ class TaskState(Planning):
 
     def set_status(self, ref: str, status: PartStatus) -> None:
         """Mark the current version of part ``ref`` (the engine's verdict on it)."""
-        if status not in _PART_STATUSES:
-            raise ConfigError(f"unknown part status {status!r} (one of {_PART_STATUSES})")
+        if status not in PART_STATUSES:
+            raise ConfigError(f"unknown part status {status!r} (one of {PART_STATUSES})")
         artifact, sep, name = ref.partition("/") if isinstance(ref, str) else ("", "", "")
         if not sep or not artifact or not name:
             split_ref(ref)  # raises, naming the reference (a cycle: its test written out)
@@ -331,7 +331,7 @@ class TaskState(Planning):
         """Let parts that cannot yet read their older versions read them through ``loader``."""
         for ref, p in self.iter_parts():
             if p.loader is None:
-                p.loader = _bind(loader, ref)
+                p.loader = bind(loader, ref)
 
     def trim(self, refs: Iterable[str] | None = None, loader: VersionLoader | None = None) -> None:
         """Hold in memory only the versions the engine needs (current, accepted, best) of
@@ -350,7 +350,7 @@ class TaskState(Planning):
     def _trim_part(self, ref: str, p: Part | None, loader: VersionLoader | None) -> None:
         if p is not None:
             if p.loader is None and loader is not None:
-                p.loader = _bind(loader, ref)
+                p.loader = bind(loader, ref)
             b = self.best_parts.get(ref)
             p.trim(() if b is None else (b,))
 
@@ -412,9 +412,9 @@ class TaskState(Planning):
             findings = [Finding.from_dict(f) for f in raw]
         artifacts: dict[str, Artifact] = {}
         for name, a in self.artifacts.items():  # (a loop: no comprehension a cycle)
-            artifacts[name] = _detached_artifact(a, loader)
+            artifacts[name] = detached_artifact(a, loader)
         return self._like(
-            task=_CopyOnRead(self.task, _json_copy),
+            task=CopyOnRead(self.task, json_copy),
             artifacts=artifacts,
             plan=list(self.plan),  # immutable steps
             findings=findings,
@@ -501,7 +501,7 @@ class TaskState(Planning):
             "retries": self.retries,
             "cycle": self.cycle,
             "spent": self.spent.to_dict(),
-            "held_out_spent": _priced(self.held_out_spent),
+            "held_out_spent": priced_row(self.held_out_spent),
             "billed": self.billed,
             "paid_cycles": self.paid_cycles,
             "answer_checks": self.answer_checks,
@@ -538,11 +538,11 @@ class TaskState(Planning):
             retries=dict(d.get("retries") or {}),
             cycle=int(d.get("cycle", 0)),
             spent=Usage.from_dict(d.get("spent")),
-            held_out_spent=_held_out_spent(d.get("held_out_spent")),
-            billed=_billed(d.get("billed")),
-            paid_cycles=_paid_cycles(d.get("paid_cycles")),
+            held_out_spent=held_out_of(d.get("held_out_spent")),
+            billed=billed_of(d.get("billed")),
+            paid_cycles=paid_cycles_of(d.get("paid_cycles")),
             answer_checks=int(d.get("answer_checks") or 0),
-            cap_checks=_cap_checks(d),
+            cap_checks=cap_checks_of(d),
             fenced_upto=int(d.get("fenced_upto") or 0),
             score=d.get("score"),
             best_score=d.get("best_score"),

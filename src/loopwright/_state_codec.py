@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from ._state import Part, TaskState, split_ref
-from ._stored_accounting import _priced
+from ._stored_accounting import priced_row
 
 __all__ = [
     "FORMAT",
@@ -121,7 +121,7 @@ def head(
         "retries": dict(state.retries),
         "cycle": state.cycle,
         "spent": state.spent.to_dict(),
-        "held_out_spent": _priced(state.held_out_spent),
+        "held_out_spent": priced_row(state.held_out_spent),
         "billed": state.billed,  # replaced, never changed in place (``noted_calls``)
         "paid_cycles": None if state.paid_cycles is None else list(state.paid_cycles),
         "answer_checks": state.answer_checks,
@@ -320,7 +320,7 @@ def advance(
         v = state.spent.to_dict()
         if v != prev["spent"]:
             new["spent"] = out["spent"] = v
-        v = _priced(state.held_out_spent)
+        v = priced_row(state.held_out_spent)
         if v != prev["held_out_spent"]:
             new["held_out_spent"] = out["held_out_spent"] = v
         v = state.billed

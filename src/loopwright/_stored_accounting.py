@@ -9,32 +9,32 @@ from typing import Any
 from ._usage import Usage
 
 
-def _priced(u: Usage) -> list[Any] | None:
+def priced_row(u: Usage) -> list[Any] | None:
     """A held-out spend as stored: ``[cost_usd, tokens]``, or None for none (most runs)."""
     return [u.cost_usd, u.tokens] if u.cost_usd or u.tokens else None
 
 
-def _billed(stored: Any) -> dict[str, bool]:
+def billed_of(stored: Any) -> dict[str, bool]:
     if not isinstance(stored, Mapping):
         return {}
     return {str(k): bool(v) for k, v in stored.items()}
 
 
-def _paid_cycles(stored: Any) -> list[int] | None:
+def paid_cycles_of(stored: Any) -> list[int] | None:
     """The stored counts, or None (not counted: a state stored before they were)."""
     if not isinstance(stored, list) or len(stored) != 3:
         return None
     return [int(x) for x in stored]
 
 
-def _held_out_spent(stored: Any) -> Usage:
+def held_out_of(stored: Any) -> Usage:
     if not stored:
         return Usage()
     cost, tokens = stored
     return Usage._stored(cost, tokens, 0.0)
 
 
-def _cap_checks(d: Mapping[str, Any]) -> int | None:
+def cap_checks_of(d: Mapping[str, Any]) -> int | None:
     """``cap_checks`` as stored; None for a state stored before it was counted."""
     v = d.get("cap_checks")
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ._contract import TERMINAL_STATUSES, contract_from_snapshot
 from ._decide import at_default_ceiling
-from ._packet import _clip, stop_cause
+from ._packet import clip, stop_cause
 
 if TYPE_CHECKING:
     from .store import Approval, RunRecord
@@ -52,7 +52,7 @@ def run_stop_cause(rec: _RunLike, packet: Mapping[str, Any] | None = None) -> st
     try:
         contract = contract_from_snapshot(rec.contract)
     except Exception:  # an older contract shape must not hide why the run stopped
-        return _clip(f"{rec.stop_reason}: {p.get('cause') or p.get('summary') or ''}".rstrip(": "))
+        return clip(f"{rec.stop_reason}: {p.get('cause') or p.get('summary') or ''}".rstrip(": "))
     cycle = int(p.get("cycles", rec.cycle) or 0)
     # A per-task cap (budget.max_cycles_key) is the cycle count the run stopped at.
     own_cap = rec.stop_reason == "budget_cycles" and contract.budget.max_cycles_key is not None

@@ -11,13 +11,12 @@ import json
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 
 import loopwright as lw
 from loopwright import _redact
 from loopwright._redact import redact_text
 from loopwright._spec import load_spec, register_run_secrets
-from loopwright.web import create_app
 
 from .conftest import cli
 
@@ -82,7 +81,7 @@ def test_a_key_pasted_into_an_edit_from_the_cli_is_not_stored(
 
 def test_a_key_pasted_into_an_edit_on_the_dashboard_is_not_stored(run: tuple[Path, str]) -> None:
     db, run_id = run
-    c = TestClient(create_app(str(db), token=TOKEN, identity="ana"), base_url=LOCAL)
+    c = dashboard(str(db), token=TOKEN, identity="ana")
     r = c.post(
         f"/api/runs/{run_id}/parts/doc/a",
         json={"value": PASTED},
@@ -149,7 +148,7 @@ def test_a_key_pasted_into_a_decisions_note_on_the_dashboard_is_not_stored(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store, pending = _parked(project, monkeypatch)
-    c = TestClient(create_app(str(store), token=TOKEN, identity="ana"), base_url=LOCAL)
+    c = dashboard(str(store), token=TOKEN, identity="ana")
     r = c.post(
         f"/api/approvals/{pending['approval_id']}/approve",
         json={"note": f"ok, the key was {KEY}"},
@@ -210,7 +209,7 @@ def test_a_refused_person_makes_the_dashboard_build_no_loop(run: tuple[Path, str
     with lw.Runtime(db) as rt:
         pause = rt.pause(run_id, by="root")
     _redact.reset()
-    c = TestClient(create_app(str(db), token=TOKEN, identity="server"), base_url=LOCAL)
+    c = dashboard(str(db), token=TOKEN, identity="server")
     vic = {"Authorization": f"Bearer {tokens['vic']}"}
     r = c.post(f"/api/runs/{run_id}/parts/doc/a", json={"value": "x"}, headers=vic)
     assert r.status_code == 403, r.text
@@ -237,7 +236,7 @@ def test_a_refused_cancel_on_the_dashboard_builds_no_loop(
     )
     db, run_id = run
     tokens = _admin_and_viewer(db)
-    c = TestClient(create_app(str(db), token=TOKEN, identity="server"), base_url=LOCAL)
+    c = dashboard(str(db), token=TOKEN, identity="server")
     vic = {"Authorization": f"Bearer {tokens['vic']}"}
     r = c.post(f"/api/runs/{run_id}/cancel", json={}, headers=vic)
     assert r.status_code == 403, r.text

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.dashboard import dashboard
 
 import loopwright as lw
 from loopwright.cli import main
@@ -289,11 +290,8 @@ def test_approvals_past_the_threshold_are_not_shown_as_a_fraction(
     assert (row["clean_approvals"], row["needed"], row["earned"]) == (2, 1, True)
     code, out, _ = lw_cli(capsys, "authority", *s)
     assert code == 0 and "2 (1 needed)" in out and "2 of 1" not in out
-    from fastapi.testclient import TestClient
 
-    from loopwright.web import create_app
-
-    page = TestClient(create_app(db, token="t" * 24), base_url="http://127.0.0.1").get("/authority")
+    page = dashboard(db, token="t" * 24).get("/authority")
     assert page.status_code == 200 and "2 (1 needed)" in page.text and "2 of 1" not in page.text
 
 

@@ -14,8 +14,8 @@ import anyio
 import pytest
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient
 from pydantic import TypeAdapter
+from support.dashboard import dashboard
 from test_metrics_streaming import _long_loop, _mixed_store
 
 import loopwright as lw
@@ -106,7 +106,7 @@ def test_the_streamed_documents_are_the_documents_built_whole(
         from test_model_calls import make_model_run
 
         make_model_run(tmp_path, store=url)
-    client = TestClient(create_app(url, token=TOKEN), base_url=LOCAL)
+    client = dashboard(url, token=TOKEN)
     with open_store(url) as st:
         runs = st.list_runs()
         assert len(runs) > 5

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 from test_approval_card_reuse_listed import _cli, _words
 from test_show_parked_cost import TASK, _loop
 
 import loopwright as lw
 from loopwright._reuse_now import as_now
-from loopwright.web import create_app
 
 SAID = (
     "edited since the request: inv/x by ana; the diff shows the state before the edit, "
@@ -33,7 +32,7 @@ def test_a_card_says_a_part_was_edited_since_the_request(url: str) -> None:
     assert listed.count(SAID) == 1, listed  # its card only, not the other run's
     assert SAID in _words(_cli(url, "show", r.run_id))
     assert SAID not in _words(_cli(url, "show", other))
-    c = TestClient(create_app(url, token="test-token-0123456789"), base_url="http://127.0.0.1")
+    c = dashboard(url, token="test-token-0123456789")
     for page in ("/approvals", f"/runs/{r.run_id}"):
         assert SAID in _words(c.get(page).text), page
     api = {x["approval_id"]: x["what"] for x in c.get("/api/approvals").json()}

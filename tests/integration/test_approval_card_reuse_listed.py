@@ -14,11 +14,11 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 from forkserver import run_cli
+from support.dashboard import dashboard
 from test_approval_card_done_already import _loop
 from test_approval_card_reuse_gone import TASK, _b_told_reuse_then_refunded, _pending
 
 import loopwright as lw
-from loopwright.web import create_app
 
 GONE = "refunded since: approving asks again"
 REUSED = "its result is reused"
@@ -51,7 +51,7 @@ def test_a_card_whose_reused_payment_was_refunded_says_so_where_it_is_listed(url
     assert was in listed and REUSED not in listed, listed
     shown = _words(_cli(url, "show", b))
     assert was in shown and REUSED not in shown, shown
-    c = TestClient(create_app(url, token="test-token-0123456789"), base_url="http://127.0.0.1")
+    c = dashboard(url, token="test-token-0123456789")
     for page in ("/approvals", f"/runs/{b}"):
         text = _words(c.get(page).text)
         assert was in text and REUSED not in text, page
@@ -122,7 +122,7 @@ def test_a_reuse_card_does_not_say_it_would_perform_the_effect(url: str) -> None
     its arguments (names48); a first payment's card still says it."""
     paid: list[str] = []
     loop = _loop(paid)
-    c = TestClient(create_app(url, token="test-token-0123456789"), base_url="http://127.0.0.1")
+    c = dashboard(url, token="test-token-0123456789")
     with lw.Runtime(url) as rt:
         a = rt.run_sync(loop, TASK, task_key="A").run_id
         assert _effect_words(c, "/approvals") == [PERFORM]  # a first payment: it runs

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from doc_loop import TARGET, TASK
+from support.dashboard import dashboard
 from test_effects_engine import Payments, Script, make_loop, with_effects
 
 import loopwright as lw
@@ -149,7 +150,7 @@ def test_a_request_asked_again_lasts_as_its_rule_says_whatever_the_writers_clock
         "cycle": 2,
         "expires_after_s": 600,
     }
-    again = _reversal._repark(o, [], 4, "ops", {"a1": prior}, now=5000.0)  # the store's now
+    again = _reversal.repark(o, [], 4, "ops", {"a1": prior}, now=5000.0)  # the store's now
     assert again.expires_at == 5600.0
 
 
@@ -161,10 +162,8 @@ def test_a_host_ahead_lists_a_pending_request_as_the_server_decides_it(
     this host's clock: a host an hour ahead listed a request with nine minutes left as
     "expired ... can no longer be decided", and the inbox's card as expired, while approving
     it from that host (the store's clock) was accepted."""
-    from fastapi.testclient import TestClient
 
     from loopwright.cli import main
-    from loopwright.web import create_app
 
     skew, rt = _skew(monkeypatch), pg_rt
     r, _loop, _bank = _park(rt, expires_after_s=600)
@@ -172,7 +171,7 @@ def test_a_host_ahead_lists_a_pending_request_as_the_server_decides_it(
     assert main(["approvals", "--store", pg_url]) == 0
     out, err = capsys.readouterr()
     assert "expires" in out and "expired" not in out + err, out
-    web = TestClient(create_app(pg_url, token="t" * 16), base_url="http://127.0.0.1")
+    web = dashboard(pg_url, token="t" * 16)
     for page in (web.get("/approvals"), web.get(f"/runs/{r.run_id}")):
         assert page.status_code == 200
         assert "expires in" in page.text and "expired" not in page.text

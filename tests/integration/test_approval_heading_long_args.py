@@ -11,12 +11,11 @@ import html
 import re
 from pathlib import Path
 
-from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 from test_approval_card_done_already import _loop
 from test_approval_card_reuse_listed import _cli, _words
 
 import loopwright as lw
-from loopwright.web import create_app
 
 MEMO = "memo " + "m" * 4995  # 5,000 characters
 CUT = "… (5,000 characters)"
@@ -42,7 +41,7 @@ def test_a_long_argument_is_cut_in_the_heading_and_whole_in_the_evidence(tmp_pat
     assert req.evidence["effects"][0]["args"]["memo"] == MEMO  # the arguments stay whole
     for words in (_words(_cli(store, "approvals")), _words(_cli(store, "show", b))):
         assert CUT in words and done in words and words.count("m") < 400, words[:400]
-    c = TestClient(create_app(store, token="memo-token-0123456789"), base_url="http://127.0.0.1")
+    c = dashboard(store, token="memo-token-0123456789")
     page = c.post("/login", data={"token": "memo-token-0123456789", "next": "/approvals"}).text
     card = r'<section class="card pending"[^>]*>\s*<h2>(.*?)</h2>'
     [heading] = [html.unescape(h) for h in re.findall(card, page, flags=re.S)]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.dashboard import dashboard
 
 import loopwright as lw
 from loopwright.cli import main
@@ -217,10 +218,6 @@ def test_edit_a_panel_from_the_dashboard_while_parked(
     in the background, which goes on from the creator's panel and publishes once."""
     import time
 
-    from fastapi.testclient import TestClient
-
-    from loopwright.web import create_app
-
     exports = tmp_path / "exports"
     monkeypatch.setenv("COMIC_EXPORT_DIR", str(exports))
     store = str(tmp_path / "comic.db")
@@ -229,7 +226,7 @@ def test_edit_a_panel_from_the_dashboard_while_parked(
     with lw.Runtime(store) as rt:
         run_id = rt.run_sync(loop, task, task_key=KEY).run_id
     token = "comic-token-0123456789"
-    c = TestClient(create_app(store, token=token, identity="creator"), base_url="http://127.0.0.1")
+    c = dashboard(store, token=token, identity="creator")
     assert c.post("/login", data={"token": token}, follow_redirects=False).status_code == 303
     page = c.get(f"/runs/{run_id}").text
     csrf = re.search(r'name="csrf" value="([^"]+)"', page)

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import pytest
+from support.dashboard import dashboard
 from test_pause_audit import _runs
 from test_pause_surface import _parked_on_risk
 
@@ -127,10 +128,7 @@ def test_the_log_is_searched_by_what_a_record_is_on(
     """`loopwright audit` filtered by who only (``--actor``): the records of one run were
     found by reading them all. ``--target "run ID"`` (and the dashboard's ``target=``) reads
     those on the run, by the log's index, the lift of its pause among them."""
-    from fastapi.testclient import TestClient
-
     from loopwright.cli import main
-    from loopwright.web import create_app
 
     rid, ended = _runs(url)
     with lw.Runtime(url) as rt:
@@ -145,7 +143,7 @@ def test_the_log_is_searched_by_what_a_record_is_on(
         ("pause", filed.approval_id),
         ("unpause", filed.approval_id),
     ]
-    c = TestClient(create_app(url, token="server-token-0123456789"), base_url="http://127.0.0.1")
+    c = dashboard(url)  # (its token: TOKEN, "server-token-0123456789")
     api = c.get("/api/audit", params={"target": f"run {rid}"}).json()
     assert [r["action"] for r in api] == ["pause", "unpause"]
     page = c.get("/audit", params={"target": f"run {ended}"}).text

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 from support.printed import shown_text
 from test_replay_edit_escalations import denied_beside_an_edit, edited_past_the_cap
 
 from loopwright.store import open_store
 from loopwright.trace import Span, run_spans
-from loopwright.web import create_app
 
 
 def _cycle_span(spans: list[Span], cycle: int) -> Span:
@@ -28,7 +27,7 @@ def _cycle_span(spans: list[Span], cycle: int) -> Span:
 def _shown(path: Path, run_id: str) -> tuple[str, str, list[Span]]:
     """The run page's text, ``show``'s text and the run's spans."""
     url = str(path)
-    client = TestClient(create_app(url, token="t" * 32), base_url="http://127.0.0.1")
+    client = dashboard(url, token="t" * 32)
     page = client.get(f"/runs/{run_id}")
     assert page.status_code == 200
     text, _ = shown_text(url, run_id)

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from support.crash import Crash, less_owed, phase_hook
+from support.dashboard import dashboard
 
 import loopwright as lw
 from loopwright import trace
@@ -278,16 +279,13 @@ def test_the_dashboards_edit_says_when_the_edit_waits_for_budget(url: str) -> No
     """Outside probe probe47b: the dashboard's edit of a run its cost budget stopped answered
     "Resume the run to go on from it" (a resume stops again before judging the edit), where
     the CLI says why it waits and how to have it judged."""
-    from fastapi.testclient import TestClient
-
-    from loopwright.web import create_app
 
     calls = Calls()
     cost = 2 * (ACTOR_USD + CHECK_USD + HELD_USD)
     with lw.Runtime(url) as rt:
         r = rt.run_sync(make_loop(calls, max_cost=cost), TASK, task_key="t")
     token = "test-token-0123456789"
-    c = TestClient(create_app(url, token=token, identity="ana"), base_url="http://127.0.0.1")
+    c = dashboard(url, token=token, identity="ana")
     got = c.post(
         f"/api/runs/{r.run_id}/parts/doc/a",
         json={"value": "good", "resume": True},
@@ -328,12 +326,8 @@ def test_why_an_edit_waits_is_worked_out_once(
         assert main(argv) == 0
         said = " ".join(capsys.readouterr().out.split())
     else:
-        from fastapi.testclient import TestClient
-
-        from loopwright.web import create_app
-
         token = "test-token-0123456789"
-        c = TestClient(create_app(url, token=token, identity="ana"), base_url="http://127.0.0.1")
+        c = dashboard(url, token=token, identity="ana")
         got = c.post(
             f"/api/runs/{r.run_id}/parts/doc/a",
             json={"value": "good"},

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from doc_loop import TASK, fields
+from support.dashboard import dashboard
 
 import loopwright as lw
 from loopwright.cli import main
@@ -83,16 +84,13 @@ def test_loopwright_fork_names_what_is_inherited_and_what_is_done_again(
 
 
 def test_the_dashboards_rerun_says_which_effects_it_does_again(tmp_path: Path) -> None:
-    from fastapi.testclient import TestClient
-
-    from loopwright.web import create_app
 
     url = str(tmp_path / "s.db")
     paid: list[str] = []
     with lw.Runtime(url) as rt:
         origin = rt.run_sync(_loop(paid), TASK).run_id
     token = "server-token-0123456789"
-    c = TestClient(create_app(url, token=token, identity="oscar"), base_url="http://127.0.0.1")
+    c = dashboard(url, token=token, identity="oscar")
     c.post("/login", data={"token": token})
     page = c.get(f"/runs/{origin}/confirm", params={"action": "rerun"}).text
     assert 'id="effects-again"' in page and "pay (cycle 2)" in page
@@ -111,10 +109,8 @@ def test_the_rerun_confirm_page_reads_a_bounded_number_of_effects(
         the first and says there are more; when the few read hold none it must name (a business
     ``key=`` each), it says some of those not read may be. Counted in rows the store hands
     back, not timed."""
-    from fastapi.testclient import TestClient
 
     from loopwright.store.sqlite import SQLiteStore
-    from loopwright.web import create_app
 
     many = 120
 
@@ -150,7 +146,7 @@ def test_the_rerun_confirm_page_reads_a_bounded_number_of_effects(
 
     monkeypatch.setattr(SQLiteStore, "journal_where", counted)
     token = "server-token-0123456789"
-    c = TestClient(create_app(url, token=token, identity="oscar"), base_url="http://127.0.0.1")
+    c = dashboard(url, token=token, identity="oscar")
     c.post("/login", data={"token": token})
     page = c.get(f"/runs/{origin}/confirm", params={"action": "rerun"}).text
     assert sum(rows) <= 40, rows  # a few, not the run's 120

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.dashboard import dashboard
 from support.held_out import held_out_loop
 from support.printed import TextSink
 
@@ -103,9 +104,6 @@ def _printed(fn: Any, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> str:
 def test_the_runs_lists_say_a_pass_rests_on_self_reported_tests(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fastapi.testclient import TestClient
-
-    from loopwright.web import create_app
 
     url = f"sqlite:///{tmp_path / 's.db'}?durability=process"
     ids = _three_runs(url)
@@ -125,7 +123,7 @@ def test_the_runs_lists_say_a_pass_rests_on_self_reported_tests(
     assert " pass " in rows["judged"][0] and "pass*" not in rows["judged"][0], out
     assert "pass*: a held-out pass resting on self-reported tests" in out, out
     token = "test-token-0123456789"
-    c = TestClient(create_app(url, token=token), base_url="http://127.0.0.1")
+    c = dashboard(url, token=token)
     c.headers["Authorization"] = f"Bearer {token}"
     listed = {r["task_key"]: r for r in c.get("/api/runs").json()}
     assert listed["self"]["held_out_self_reported"] == 1

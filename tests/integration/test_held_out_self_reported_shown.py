@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.dashboard import dashboard
 from support.held_out import held_out_loop
 from support.printed import TextSink
 
@@ -77,13 +78,10 @@ def test_an_ended_runs_held_out_row_says_so(
 
 
 def test_the_run_page_says_so(tmp_path: Path) -> None:
-    from fastapi.testclient import TestClient
-
-    from loopwright.web import create_app
 
     url, run_id, _ = _run(tmp_path)
     token = "test-token-0123456789"
-    c = TestClient(create_app(url, token=token), base_url="http://127.0.0.1")
+    c = dashboard(url, token=token)
     c.headers["Authorization"] = f"Bearer {token}"
     page = c.get(f"/runs/{run_id}").text
     assert (

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from doc_loop import TASK
-from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 from test_keyless_effect_failures import _paying
 from test_people import FOUR_EYES, make_loop, task
 
@@ -143,15 +143,13 @@ def test_a_store_url_with_a_password_is_not_printed() -> None:
 def test_the_dashboard_advice_names_its_store(elsewhere: str) -> None:
     from test_pause_actions import TOKEN
 
-    from loopwright.web import create_app
-
     _made(elsewhere)
     with lw.Runtime(elsewhere) as rt:
         a = rt.run_sync(_paying([], lw.TransientError), TASK)
-    c = TestClient(create_app(elsewhere, token=TOKEN), base_url="http://127.0.0.1")
+    c = dashboard(elsewhere, token=TOKEN)
     page = html.unescape(c.get(f"/runs/{a.run_id}").text)
     done = [x for x in _commands(page) if x[0] == "settle" and "--done" in x]
     assert done and all(x[-2:] == ["--store", elsewhere] for x in done), page
     # a dashboard of the store a bare command reads adds nothing
-    c = TestClient(create_app(None, token=TOKEN), base_url="http://127.0.0.1")
+    c = dashboard(None, token=TOKEN)
     assert "--store" not in c.get("/").text

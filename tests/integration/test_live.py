@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 from support.modules import load_sibling
 
 import loopwright as lw
@@ -531,7 +532,7 @@ def test_a_notification_link_survives_signing_in(tmp_path: Path) -> None:
     store = str(tmp_path / "live.db")
     run_id = park(tmp_path, store, "linked")
     aid = open_store(store).approvals(run_id=run_id)[0].approval_id
-    c = TestClient(create_app(store, token=TOKEN, require_token_for_reads=True), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, require_token_for_reads=True)
     r = c.get(f"/approvals?q={aid}", follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == f"/login?next=/approvals%3Fq%3D{aid}"
     r = c.post(

@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 
 import loopwright as lw
 from loopwright._json import dumps, loads
 from loopwright.cli import main
-from loopwright.web import create_app
 
 HALF = "\ud83d"
 
@@ -56,7 +55,7 @@ def test_a_run_whose_actor_wrote_a_lone_surrogate_is_shown(
         "half an emoji \ufffd here"
         in json.loads(shown)["state"]["artifacts"][0]["parts"][0]["versions"][-1]["value"]
     )
-    client = TestClient(create_app(url, token="t" * 24), base_url="http://127.0.0.1")
+    client = dashboard(url, token="t" * 24)
     page = client.get(f"/runs/{res.run_id}")
     assert page.status_code == 200 and "half an emoji \ufffd here" in page.text
     assert "bad \ufffd" in page.text

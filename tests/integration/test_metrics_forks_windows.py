@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from doc_loop import TARGET, TASK, fields, part_check
+from support.dashboard import dashboard
 
 import loopwright as lw
 from loopwright._metrics import compute_metrics
@@ -236,14 +237,11 @@ def test_a_window_reads_only_its_runs(url: str, reads: dict[str, int]) -> None:
 
 
 def test_the_metrics_page_lists_runs_once(tmp_path: Path, reads: dict[str, int]) -> None:
-    from fastapi.testclient import TestClient
-
-    from loopwright.web import create_app
 
     db = str(tmp_path / "s.db")
     with lw.Runtime(db) as rt:
         rt.run_sync(make_loop(one_fix_per_cycle([])), TASK, task_key="t0")
-    client = TestClient(create_app(db, token="t" * 32, identity="ana"), base_url="http://127.0.0.1")
+    client = dashboard(db, token="t" * 32, identity="ana")
     reads["list_runs"] = 0
     page = client.get("/metrics", headers={"Authorization": "Bearer " + "t" * 32})
     assert page.status_code == 200, page.text
@@ -305,10 +303,8 @@ def test_the_run_pages_spend_after_the_last_improvement_is_the_metrics(
     $0.20 included) where `loopwright metrics` says $0.20; for a long run drawn from its newest
     checkpoints only, whose last improvement is before them, it said the whole spend ($0.50)
     where the metric is $0.40."""
-    from fastapi.testclient import TestClient
 
     import loopwright.web._run_page as web
-    from loopwright.web import create_app
 
     db = str(tmp_path / "s.db")
     with lw.Runtime(db) as rt:
@@ -320,7 +316,7 @@ def test_the_run_pages_spend_after_the_last_improvement_is_the_metrics(
             r.run_id: r.spend_after_last_improvement_usd for r in compute_metrics(rt.store).per_run
         }
     assert after[fork.run_id] == pytest.approx(0.2) and after[long.run_id] == pytest.approx(0.4)
-    client = TestClient(create_app(db, token="t" * 32, identity="ana"), base_url="http://127.0.0.1")
+    client = dashboard(db, token="t" * 32, identity="ana")
     assert _chart_after(client, fork.run_id).endswith("improvement: $0.20")
     assert _chart_after(client, long.run_id).endswith("improvement: $0.40")
     monkeypatch.setattr(web, "CHECKPOINTS_READ", 2)  # the newest checkpoints: cycles 4 and 5
@@ -419,11 +415,8 @@ def test_the_cli_and_the_metrics_page_show_what_stopped_runs(
 ) -> None:
     import re
 
-    from fastapi.testclient import TestClient
-
     from loopwright.cli import _metrics_cmd as _registers_the_command  # noqa: F401
     from loopwright.cli import main
-    from loopwright.web import create_app
 
     loop = make_loop(
         one_fix_per_cycle([]),
@@ -442,7 +435,7 @@ def test_the_cli_and_the_metrics_page_show_what_stopped_runs(
     # one run of two of each: 50.0 %
     assert re.search(r"risk\s+│?\s*1\s+│?\s*50\.0%", text), text
     assert re.search(r"escalation\s+│?\s*0\s", text), text
-    client = TestClient(create_app(db, token="t" * 32, identity="ana"), base_url="http://127.0.0.1")
+    client = dashboard(db, token="t" * 32, identity="ana")
     page = client.get("/metrics", headers={"Authorization": "Bearer " + "t" * 32}).text
     assert "Stopped by" in page
     assert re.search(r"<code>risk</code>.*?<td class=\"num\">1</td>", page), page

@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("openai")
 
 from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 
 import loopwright as lw
 from loopwright._modelcalls import MODEL_CALL, PROMPT_CHARS
@@ -129,7 +130,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def client(run: tuple[str, str]) -> TestClient:
-    return TestClient(create_app(run[0], token=TOKEN), base_url=LOCAL)
+    return dashboard(run[0], token=TOKEN)
 
 
 def _calls(db: str, run_id: str) -> list[lw.store.Event]:

@@ -14,11 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 
 import loopwright as lw
 from loopwright._keys import check_key
-from loopwright.web import create_app
 
 # each: (the name, what the refusal says)
 REFUSED = [
@@ -159,7 +158,7 @@ def test_names_an_earlier_release_stored_are_read_and_listed(
     r = _cli("runs", "--project", project, "--json", cwd=tmp_path, store=store)
     assert r.returncode == 0, r.stderr
     assert run_id in r.stdout and "pay\\u202eroll" in r.stdout
-    c = TestClient(create_app(store, token="names-token-0123456789"), base_url="http://127.0.0.1")
+    c = dashboard(store, token="names-token-0123456789")
     [listed] = c.get("/api/runs", params={"project": project}).json()
     assert (listed["run_id"], listed["loop_name"], listed["project"]) == (run_id, name, project)
     assert c.get(f"/runs/{run_id}").status_code == 200

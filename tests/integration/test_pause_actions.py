@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 
 import loopwright as lw
 from loopwright.cli._decide_cmd import _decide_hint
@@ -52,7 +53,7 @@ def _unpause(c: TestClient, approval_id: str) -> int:
 def test_the_card_of_a_pause_offers_unpause_and_cancel_not_deny(tmp_path: Path) -> None:
     store = str(tmp_path / "s.db")
     rid = _paused(store)
-    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url="http://127.0.0.1")
+    c = dashboard(store, token=TOKEN, identity="ana")
     assert c.post("/login", data={"token": TOKEN, "next": "/approvals"}).status_code == 200
     for path in ("/approvals", f"/runs/{rid}"):
         page = c.get(path).text

@@ -12,6 +12,7 @@ import shlex
 import pytest
 from doc_loop import TASK
 from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 from test_engine_core import fixer, make_loop
 from test_pause_audit import _people, _runs, _tok
 
@@ -64,7 +65,7 @@ def test_the_api_unpauses_under_the_rules_it_pauses_by(url: str) -> None:
     with its X-CSRF-Token, an optional note; it is in the OpenAPI document under ``runs``."""
     rid, _ended = _runs(url)
     _people(url)
-    c = TestClient(create_app(url, token=SERVER, identity="server"), base_url=LOCAL)
+    c = dashboard(url, token=SERVER, identity="server")
     assert c.post(f"/api/runs/{rid}/unpause").status_code == 401
     paused = c.post(f"/api/runs/{rid}/pause", json={"note": "vendor check"}, headers=_bearer("op"))
     assert paused.status_code == 200, paused.text
@@ -108,7 +109,7 @@ def test_a_pause_refused_over_http_is_one_4xx_and_audited(url: str) -> None:
     escape sequence is 400, audited with the reason."""
     rid, ended = _runs(url)
     _people(url)
-    c = TestClient(create_app(url, token=SERVER), base_url=LOCAL)
+    c = dashboard(url, token=SERVER)
     r = c.post(f"/api/runs/{ended}/pause", headers=_bearer("ap"))
     assert r.status_code == 403 and "operator role" in r.json()["detail"], r.text
     r = c.post(f"/api/runs/{ended}/pause", headers=_bearer("op"))
@@ -148,7 +149,7 @@ def test_the_confirm_page_of_a_paused_run_says_unpause_not_approve_or_deny(url: 
     (a pause is lifted, its deny refused), the act's 409 too; the pause's said a person
     "approves its pause request", and a second pause was offered a Yes button to a 409."""
     rid, _ended = _runs(url)
-    c = TestClient(create_app(url, token=SERVER, identity="ana"), base_url=LOCAL)
+    c = dashboard(url, token=SERVER, identity="ana")
     csrf = _sign_in(c, SERVER)
     first = c.get(f"/runs/{rid}/confirm", params={"action": "pause"}).text
     assert "approves its pause request" not in first and "until an operator unpauses it" in first
@@ -195,7 +196,7 @@ def test_a_reader_not_signed_in_is_told_to_sign_in_to_unpause(url: str) -> None:
     rid, _ended = _runs(url)
     with lw.Runtime(url) as rt:
         rt.pause(rid, by="ann")
-    c = TestClient(create_app(url, token=SERVER), base_url=LOCAL)
+    c = dashboard(url, token=SERVER)
     page = c.get(f"/runs/{rid}").text
     m = re.search(r'<dd id="next-action">([^<]*)</dd>', page)
     assert m and m.group(1).startswith("The run is paused by a person: sign in"), m
@@ -210,7 +211,7 @@ def test_a_run_parked_on_a_request_and_paused_says_both(url: str) -> None:
     rid = _parked_on_risk(url)
     with lw.Runtime(url) as rt:
         rt.pause(rid, by="ann")
-    c = TestClient(create_app(url, token=SERVER, identity="ana"), base_url=LOCAL)
+    c = dashboard(url, token=SERVER, identity="ana")
     _sign_in(c, SERVER)
     m = re.search(r'<dd id="next-action">([^<]*)</dd>', c.get(f"/runs/{rid}").text)
     assert m and "also paused by a person: Unpause it to go on" in m.group(1), m

@@ -16,9 +16,8 @@ from loopwright._modelcalls import MODEL_CALL
 from loopwright.store import NewEvent, Store
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient
 
-from loopwright.web import create_app
+from support.dashboard import dashboard
 
 TOKEN = "t" * 32
 LOCAL = "http://127.0.0.1"
@@ -78,7 +77,7 @@ def test_a_model_call_of_a_long_runs_first_cycle_reads_one_event(
 ) -> None:
     """It read every event after the call (the whole log, for a call of an early cycle)."""
     db, rid, call = long_run
-    client = TestClient(create_app(db, token=TOKEN), base_url=LOCAL)
+    client = dashboard(db, token=TOKEN)
     count = Counting(client.app.state.store, monkeypatch)  # type: ignore[attr-defined]
     got = client.get(path.format(rid=rid, call=call))
     assert got.status_code == 200
@@ -167,7 +166,7 @@ def test_a_long_runs_calls_are_listed_from_the_log_a_page_at_a_time(
     """``/api/runs/{id}/calls`` held every event of the run at once (105 MB at 20,000
     cycles) to list its model calls."""
     db, rid, call = long_run
-    client = TestClient(create_app(db, token=TOKEN), base_url=LOCAL)
+    client = dashboard(db, token=TOKEN)
     store = client.app.state.store  # type: ignore[attr-defined]
 
     def whole_log(*a: Any, **k: Any) -> Any:
@@ -239,7 +238,7 @@ def test_the_confirmation_page_of_a_long_run_asks_for_a_number_not_a_list(
 
     db, rid, _call = long_run
     monkeypatch.setattr(_actions, "CYCLES_LISTED", CYCLES // 2, raising=False)
-    client = TestClient(create_app(db, token=TOKEN), base_url=LOCAL)
+    client = dashboard(db, token=TOKEN)
     store = client.app.state.store  # type: ignore[attr-defined]
 
     def every(*a: Any, **k: Any) -> Any:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from support.crash import Crash, phase_hook
+from support.dashboard import dashboard
 
 import loopwright as lw
 from loopwright.store import Store
@@ -213,9 +214,6 @@ def test_a_failing_reflectors_error_is_stored_masked(tmp_path: Path) -> None:
 
 
 def test_the_reflection_mark_is_no_effect_on_the_run_page(tmp_path: Path) -> None:
-    from fastapi.testclient import TestClient
-
-    from loopwright.web import create_app
 
     db = tmp_path / "s.db"
     run_crashing(db, None)
@@ -223,7 +221,7 @@ def test_the_reflection_mark_is_no_effect_on_the_run_page(tmp_path: Path) -> Non
         [rec] = rt.store.list_runs()
         assert [m.kind for m in rt.store.journal(rec.run_id)] == ["reflection"]
     token = "test-token-0123456789"
-    c = TestClient(create_app(str(db), token=token), base_url="http://127.0.0.1")
+    c = dashboard(str(db), token=token)
     c.headers["Authorization"] = f"Bearer {token}"
     page = c.get(f"/runs/{rec.run_id}").text
     effects = page.split('id="effects"')[1].split('id="retries"')[0]

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.dashboard import dashboard
 from support.printed import TextSink
 
 import loopwright as lw
@@ -77,13 +78,10 @@ def test_show_says_a_refused_cycle_touched_accepted_work(
 
 
 def test_the_run_page_says_a_refused_cycle_touched_accepted_work(tmp_path: Path) -> None:
-    from fastapi.testclient import TestClient
-
-    from loopwright.web import create_app
 
     url, run_id = _run(tmp_path)
     token = "test-token-0123456789"
-    c = TestClient(create_app(url, token=token), base_url="http://127.0.0.1")
+    c = dashboard(url, token=token)
     c.headers["Authorization"] = f"Bearer {token}"
     page = c.get(f"/runs/{run_id}").text
     assert page.count("(repeat)") == 1  # cycle 3's

@@ -166,7 +166,7 @@ def test_a_refund_allowed_before_a_reuse_is_stopped_by_the_store(
         loop, a = cancelled_payer(rt, provider)  # allowed: nobody reused it yet
         b = rt.run_sync(loop, TASK, task_key="B").run_id
         # the refund's read of the reusers made before B's reuse: blind
-        monkeypatch.setattr(_reversal, "_reused_since", lambda *a, **k: [])
+        monkeypatch.setattr(_reversal, "reused_since", lambda *a, **k: [])
         assert rt.resume_sync(a, loop).status == "cancelled"
         assert provider.collected() == 5.0  # the store refused the undoing
         [req] = compensation_requests(rt, a)

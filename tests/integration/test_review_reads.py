@@ -15,6 +15,7 @@ from loopwright.store.sqlite import SQLiteStore
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 
 from loopwright.web import _run_page, create_app
 
@@ -52,7 +53,7 @@ def test_a_windowed_run_page_says_where_every_cycle_is(
     rid = _run(db, 12)
     monkeypatch.setattr(_run_page, "CHECKPOINTS_READ", 5)
     monkeypatch.setattr(_run_page, "CYCLES_SHOWN", 3)
-    page = TestClient(create_app(db, token=TOKEN), base_url=LOCAL).get(f"/runs/{rid}").text
+    page = dashboard(db, token=TOKEN).get(f"/runs/{rid}").text
     note = page.split("<h2>Timeline</h2>", 1)[1].split("<table", 1)[0]
     assert re.search(r"The last 3 cycles of 12; every one in <a href=\"/api/runs/", note), note
     assert note.strip().endswith("</p>"), note

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support.dashboard import dashboard
 from support.printed import shown_text
 from test_show_ended_inside import _json
 from test_show_parked_cost import TASK, _loop
@@ -50,12 +51,10 @@ def _check(url: str, run_id: str) -> None:
     )
 
     pytest.importorskip("fastapi")
-    from fastapi.testclient import TestClient
 
-    from loopwright.web import create_app
     from loopwright.web._run_page import run_payload
 
-    api = TestClient(create_app(url, token="t" * 32), base_url="http://127.0.0.1")
+    api = dashboard(url, token="t" * 32)
     streamed = api.get(f"/api/runs/{run_id}").json()["timeline"]
     st = open_store(url)
     try:

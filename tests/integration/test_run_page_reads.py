@@ -13,9 +13,10 @@ import loopwright as lw
 from loopwright.store import Store
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient
 
-from loopwright.web import _run_page, _waterfall, create_app
+from support.dashboard import dashboard
+
+from loopwright.web import _run_page, _waterfall
 
 TOKEN = "t" * 32
 LOCAL = "http://127.0.0.1"
@@ -104,7 +105,7 @@ class Reads:
 
 
 def _reads(db: str, rid: str, monkeypatch: pytest.MonkeyPatch, query: str = "") -> dict[str, int]:
-    client = TestClient(create_app(db, token=TOKEN), base_url=LOCAL)
+    client = dashboard(db, token=TOKEN)
     with pytest.MonkeyPatch.context() as mp:
         reads = Reads(client.app.state.store, mp)  # type: ignore[attr-defined]
         got = client.get(f"/runs/{rid}{query}")
@@ -150,7 +151,7 @@ def _whole_log(monkeypatch: pytest.MonkeyPatch, store: Store) -> None:
 
 
 def _page(db: str, rid: str, query: str = "", *, whole: bool = False) -> str:
-    client = TestClient(create_app(db, token=TOKEN), base_url=LOCAL)
+    client = dashboard(db, token=TOKEN)
     with pytest.MonkeyPatch.context() as mp:
         if whole:
             _whole_log(mp, client.app.state.store)  # type: ignore[attr-defined]
@@ -221,7 +222,7 @@ def test_a_parts_newest_versions_are_read_alone_and_every_one_is_paged(
         every = {ref: [v.to_dict() for v in p.versions] for ref, p in held.iter_parts()}
     assert len(every["doc/p0"]) > 10
     monkeypatch.setattr(_run_page, "VERSIONS_SHOWN", 5)
-    client = TestClient(create_app(url, token=TOKEN), base_url=LOCAL)
+    client = dashboard(url, token=TOKEN)
     store = client.app.state.store  # type: ignore[attr-defined]
     with pytest.MonkeyPatch.context() as mp:
         reads = Reads(store, mp)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from doc_loop import TASK
+from support.dashboard import dashboard
 from test_refund_settlement import Refunds, refund_dies, settled
 
 import loopwright as lw
@@ -83,13 +84,9 @@ def test_loopwright_settle_says_what_the_refund_means(
 
 
 def test_the_api_settles_a_refund_in_doubt(url: str) -> None:
-    from fastapi.testclient import TestClient
-
-    from loopwright.web import create_app
 
     a = _refund_in_doubt(url, Refunds())
-    c = TestClient(create_app(url, token="server-token-0123456789", identity="ana"),
-                   base_url="http://127.0.0.1")  # fmt: skip
+    c = dashboard(url, token="server-token-0123456789", identity="ana")  # fmt: skip
     bearer = {"Authorization": "Bearer server-token-0123456789"}
     path = f"/api/runs/{a}/effects/pay.compensate:pay:I6/settle"
     r = c.post(path, json={"done": True, "note": "provider shows the refund"}, headers=bearer)

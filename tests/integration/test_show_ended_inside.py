@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 import pytest
+from support.dashboard import dashboard
 from support.printed import shown_text
 
 import loopwright as lw
@@ -96,11 +97,8 @@ def test_the_cycle_a_run_ended_inside_is_shown_with_its_cost(
     assert f"ended inside this cycle: {cause}" in " ".join(row.split())
 
     pytest.importorskip("fastapi")
-    from fastapi.testclient import TestClient
 
-    from loopwright.web import create_app
-
-    client = TestClient(create_app(url, token="t" * 32), base_url="http://127.0.0.1")
+    client = dashboard(url, token="t" * 32)
     page = client.get(f"/runs/{r.run_id}").text
     assert "ended inside this cycle" in page and usd(cost) in page
     rows = client.get(f"/api/runs/{r.run_id}").json()["timeline"]
@@ -213,11 +211,8 @@ def test_a_resumed_parked_cycle_the_run_ended_inside_is_shown(
     assert "ended inside this cycle: " in row and cause in row
 
     pytest.importorskip("fastapi")
-    from fastapi.testclient import TestClient
 
-    from loopwright.web import create_app
-
-    client = TestClient(create_app(url, token="t" * 32), base_url="http://127.0.0.1")
+    client = dashboard(url, token="t" * 32)
     rows = client.get(f"/api/runs/{r.run_id}").json()["timeline"]
     parked, end = rows[-2], rows[-1]
     assert (parked["cycle"], parked["unapplied"]) == (1, True)

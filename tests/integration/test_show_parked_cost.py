@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.dashboard import dashboard
 from support.printed import shown_text
 from test_show_ended_inside import _json
 
@@ -113,11 +114,8 @@ def test_show_lists_what_a_cycle_spent_before_it_parked(
     assert mid and all(c["decision"] in ("parked", "effects") for c in mid)  # as stored
 
     pytest.importorskip("fastapi")
-    from fastapi.testclient import TestClient
 
-    from loopwright.web import create_app
-
-    client = TestClient(create_app(url, token="t" * 32), base_url="http://127.0.0.1")
+    client = dashboard(url, token="t" * 32)
     rows = client.get(f"/api/runs/{r.run_id}").json()["timeline"]
     # the run page lists the same spend (it did before; show now agrees with it)
     assert sum(t.get("cost_usd") or 0 for t in rows) == pytest.approx(r.spent.cost_usd)
@@ -187,9 +185,6 @@ def test_the_run_page_lists_an_edit_after_a_parked_cycle_ended_the_run_as_show_d
     """The run page's Edits table and ``/api/runs/{id}``'s ``edits`` said "cycle 0" for an
     edit made after cycle 1 parked and its denial ended the run, where ``show`` lists it in
     cycle 1, "after the run ended" (tidy49)."""
-    from fastapi.testclient import TestClient
-
-    from loopwright.web import create_app
 
     r = _edited_after_the_end(url)
     shown = [
@@ -199,7 +194,7 @@ def test_the_run_page_lists_an_edit_after_a_parked_cycle_ended_the_run_as_show_d
     ]
     assert shown == [(1, True, "ana")], shown
     token = "t" * 32
-    client = TestClient(create_app(url, token=token), base_url="http://127.0.0.1")
+    client = dashboard(url, token=token)
     api = client.get(f"/api/runs/{r.run_id}", headers={"Authorization": f"Bearer {token}"})
     assert api.status_code == 200
     edits = [(e["cycle"], e["after_run_ended"], e["by"]) for e in api.json()["edits"]]

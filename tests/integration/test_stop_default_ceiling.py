@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.dashboard import dashboard
 
 import loopwright as lw
 from loopwright._contract import contract_from_snapshot
@@ -262,15 +263,11 @@ def test_the_rerun_form_shows_the_default_ceiling_as_no_cap_of_the_persons(
     sent as shown gives the rerun the ceiling again, and a 1000 typed in is the person's cap."""
     import re
 
-    from fastapi.testclient import TestClient
-
-    from loopwright.web import create_app
-
     url = str(tmp_path / "s.db")
     with lw.Runtime(url) as rt:
         origin = rt.run_sync(_loop(), TASK, task_key="o").run_id
     token = "server-token-0123456789"
-    c = TestClient(create_app(url, token=token, identity="oscar"), base_url="http://127.0.0.1")
+    c = dashboard(url, token=token, identity="oscar")
     c.post("/login", data={"token": token})
     page = c.get(f"/runs/{origin}/confirm", params={"action": "rerun"}).text
     shown = dict(re.findall(r'<input name="(max_[a-z_]+)" value="([^"]*)"', page))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.dashboard import dashboard
 
 from loopwright import StoreError
 from loopwright.store import NewApproval, Store, open_store
@@ -123,10 +124,9 @@ class OlderSignatures(SQLiteStore):
 def test_a_store_with_the_older_signatures_still_serves_metrics_and_the_inbox(
     tmp_path: Path,
 ) -> None:
-    from fastapi.testclient import TestClient
 
     from loopwright import _metrics
-    from loopwright.web import _app, create_app
+    from loopwright.web import _app
 
     store = OlderSignatures(tmp_path / "o.db")
     old = _run(store, "old")
@@ -141,7 +141,7 @@ def test_a_store_with_the_older_signatures_still_serves_metrics_and_the_inbox(
     real = _app.open_store
     try:
         _app.open_store = lambda url: store  # type: ignore[assignment]
-        client = TestClient(create_app("x", token="t" * 24), base_url="http://127.0.0.1")
+        client = dashboard("x", token="t" * 24)
         r = client.get("/api/approvals", params={"q": "überweisung"})
     finally:
         _app.open_store = real  # type: ignore[assignment]

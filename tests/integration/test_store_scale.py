@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from support.dashboard import dashboard
+
 from loopwright.store import NewApproval
 from loopwright.store.sqlite import SQLiteStore
 
@@ -164,10 +166,8 @@ def test_a_claim_passes_over_more_than_a_batch_of_live_local_leases(tmp_path: Pa
 def test_the_approvals_inbox_reads_one_page_in_the_store(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # /api/approvals and the inbox used to read every request of the store, then filter, sort
     # and slice in Python. Now the store pages them (keyset, newest first) and counts them.
-    from fastapi.testclient import TestClient
 
     from loopwright.store._base import Store
-    from loopwright.web import create_app
 
     path = tmp_path / "s.db"
     with SQLiteStore(path) as s:
@@ -189,7 +189,7 @@ def test_the_approvals_inbox_reads_one_page_in_the_store(tmp_path: Path, monkeyp
 
     real = SQLiteStore.approvals
     monkeypatch.setattr(SQLiteStore, "approvals", store_wide)
-    client = TestClient(create_app(str(path), token="t" * 24), base_url="http://127.0.0.1")
+    client = dashboard(str(path), token="t" * 24)
     got, url = [], "/api/approvals?limit=3"
     while url:
         r = client.get(url)

@@ -9,11 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 
 import loopwright as lw
 from loopwright.store import open_store
-from loopwright.web import create_app
 
 
 def actor(ctx: lw.Context) -> lw.Proposal:
@@ -136,7 +135,7 @@ def test_a_fork_key_is_checked_and_a_derived_one_fits(url: str) -> None:
 def test_the_http_api_answers_400_for_a_bad_run_id_or_key(url: str, tmp_path: Path) -> None:
     with lw.Runtime(store=open_store(url)) as rt:
         origin = rt.run_sync(make_loop(), TASK, task_key="t1")
-    client = TestClient(create_app(url, token="test-token-0123456789"), base_url="http://127.0.0.1")
+    client = dashboard(url, token="test-token-0123456789")
     r = client.get("/api/runs/a%00b")  # a NUL: no store can look it up alike
     assert r.status_code == 400, r.text
     assert "NUL" in r.json()["detail"]

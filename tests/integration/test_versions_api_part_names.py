@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient
+
+from support.dashboard import dashboard
 
 import loopwright as lw
-from loopwright.web import _run_page, create_app
+from loopwright.web import _run_page
 
 TOKEN = "t" * 32
 LOCAL = "http://127.0.0.1"
@@ -46,7 +47,7 @@ def test_a_part_named_with_a_slash_is_paged_from_the_run_pages_link(
         every = [v.to_dict() for v in part.versions]
     assert len(every) == 7
     monkeypatch.setattr(_run_page, "VERSIONS_SHOWN", 2)
-    client = TestClient(create_app(url, token=TOKEN), base_url=LOCAL)
+    client = dashboard(url, token=TOKEN)
     page = client.get(f"/runs/{r.run_id}")
     assert page.status_code == 200
     links = re.findall(r'href="(/api/runs/[^"]*/versions)"', page.text)

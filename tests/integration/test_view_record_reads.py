@@ -16,12 +16,12 @@ import pytest
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 from test_metrics_streaming import _mixed_store
 
 from loopwright.cli import main
 from loopwright.store import open_store
 from loopwright.store._sql_core import SQLCore
-from loopwright.web import create_app
 
 TOKEN = "t" * 32
 
@@ -58,7 +58,7 @@ def test_each_record_is_read_once(
         return decode(self, raw, run_id, seq)
 
     monkeypatch.setattr(SQLCore, "_stored_record", counting)
-    client = TestClient(create_app(url, token=TOKEN), base_url="http://127.0.0.1")
+    client = dashboard(url, token=TOKEN)
     assert len(runs) > 5
     views = {"api": lambda rid: _api(client, rid), "show": lambda rid: _show_json(url, rid)}
     shown = {}

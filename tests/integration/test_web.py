@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 
 import loopwright as lw
 from loopwright.web import create_app
@@ -86,7 +87,7 @@ def parked(tmp_path: Path) -> tuple[str, str]:
 
 @pytest.fixture
 def client(parked: tuple[str, str]) -> TestClient:
-    return TestClient(create_app(parked[0], token=TOKEN, identity="ana"), base_url=LOCAL)
+    return dashboard(parked[0], token=TOKEN, identity="ana")
 
 
 def _sign_in(c: TestClient) -> str:
@@ -226,7 +227,7 @@ def test_api_shapes_and_bearer_decision(client: TestClient, parked: tuple[str, s
 
 
 def test_reads_need_the_token_when_configured(parked: tuple[str, str]) -> None:
-    c = TestClient(create_app(parked[0], token=TOKEN, require_token_for_reads=True), base_url=LOCAL)
+    c = dashboard(parked[0], token=TOKEN, require_token_for_reads=True)
     assert c.get("/api/runs").status_code == 401
     assert c.get("/openapi.json").status_code == 401
     r = c.get("/", follow_redirects=False)
@@ -242,7 +243,7 @@ def test_reads_need_the_token_when_configured(parked: tuple[str, str]) -> None:
 def test_a_token_in_a_link_signs_nobody_in(parked: tuple[str, str]) -> None:
     """GET /login?token= (which an <img> on any page could request) shows the form and signs
     nobody in, even with the right token; the form's POST does."""
-    c = TestClient(create_app(parked[0], token=TOKEN, require_token_for_reads=True), base_url=LOCAL)
+    c = dashboard(parked[0], token=TOKEN, require_token_for_reads=True)
     r = c.get(f"/login?token={TOKEN}&next=/approvals", follow_redirects=False)
     assert r.status_code == 400 and "a token in a link does not sign in" in r.text
     assert "set-cookie" not in r.headers and not c.cookies
@@ -362,7 +363,7 @@ def test_svg_parts_are_shown_as_inert_images(tmp_path: Path) -> None:
     store = str(tmp_path / "svg.db")
     with lw.Runtime(store) as rt:
         r = rt.run_sync(loop, {"task_key": "svg-1", "artifacts": {"panel": {"svg": ""}}})
-    client = TestClient(create_app(store, token="t0ken-12345-abcdef"), base_url=LOCAL)
+    client = dashboard(store, token="t0ken-12345-abcdef")
     page = client.get(f"/runs/{r.run_id}").text
     assert (
         f'src="/runs/{r.run_id}/svg?ref=panel/svg&amp;v=2"' in page
@@ -444,7 +445,7 @@ def ended(tmp_path: Path) -> tuple[str, dict[str, str]]:
 
 def test_stop_cause_in_list_header_and_api(ended: tuple[str, dict[str, str]]) -> None:
     store, ids = ended
-    c = TestClient(create_app(store, token=TOKEN), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN)
     c.get(f"/runs/{ids['denied']}")  # a read resumes nothing: the denial is applied by a resume
     with lw.Runtime(store) as rt:
         rt.resume_sync(ids["denied"], lw.load_spec(Path(store).parent / "web.toml"))
@@ -490,7 +491,7 @@ def test_effect_journal_retries_and_events_on_the_run_page(
     ended: tuple[str, dict[str, str]],
 ) -> None:
     store, ids = ended
-    c = TestClient(create_app(store, token=TOKEN), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN)
     page = c.get(f"/runs/{ids['success']}").text
     effects = page.split('id="effects"')[1].split('id="retries"')[0]
     assert "pay" in effects and "INV-7" in effects and "tx-1" in effects and ">done<" in effects
@@ -525,7 +526,7 @@ def test_runs_pages_and_search_over_hundreds(tmp_path: Path) -> None:
             initial_state={"cycle": 0, "artifacts": {}},
         )
     st.close()
-    c = TestClient(create_app(store, token=TOKEN), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN)
     seen: list[str] = []
     url: str | None = "/"
     pages = 0
@@ -558,7 +559,7 @@ def test_runs_pages_and_search_over_hundreds(tmp_path: Path) -> None:
 
 def test_cancel_and_resume_from_the_page(parked: tuple[str, str]) -> None:
     store, run_id = parked
-    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="ana")
     assert c.post(f"/api/runs/{run_id}/cancel").status_code == 401
     csrf = _sign_in(c)
     page = c.get(f"/runs/{run_id}").text
@@ -597,7 +598,7 @@ def test_resume_is_recorded_and_approvals_page_and_search(parked: tuple[str, str
         initial_state={"cycle": 0, "artifacts": {}},
     )
     st.close()
-    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="ana")
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     assert c.post(f"/api/runs/{idle.run_id}/resume").status_code == 401
     r = c.post(f"/api/runs/{idle.run_id}/resume", headers=bearer)
@@ -648,7 +649,7 @@ def _denied_run(tmp: Path) -> tuple[str, str]:
 
 def test_edit_a_part_from_the_api_and_the_loop_goes_on(tmp_path: Path) -> None:
     store, run_id = _denied_run(tmp_path)
-    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="ana")
     url = f"/api/runs/{run_id}/parts/doc/pay"
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     assert c.post(url, json={"value": 10}).status_code == 401  # no token
@@ -714,7 +715,7 @@ def test_a_part_whose_name_holds_a_slash_is_edited_from_the_api(tmp_path: Path) 
     store = str(tmp_path / "slash.db")
     with lw.Runtime(store) as rt:
         run_id = rt.run_sync(loop, {"artifacts": {"doc": {"a": 0, "sub/x": "a"}}}).run_id
-    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="ana")
     url = f"/api/runs/{run_id}/parts/doc/sub/x"
     r = c.post(url, json={"value": "c"}, headers={"Authorization": f"Bearer {TOKEN}"})
     assert r.status_code == 200, r.text
@@ -724,7 +725,7 @@ def test_a_part_whose_name_holds_a_slash_is_edited_from_the_api(tmp_path: Path) 
 
 def test_edit_from_the_run_page_needs_token_and_csrf(parked: tuple[str, str]) -> None:
     store, run_id = parked
-    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="ana")
     form = {"ref": "doc/title", "value": "Plain " + XSS, "note": "a person's title"}
     assert "Save edit" not in c.get(f"/runs/{run_id}").text  # signed out: no form
     assert c.post(f"/runs/{run_id}/edit", data=form).status_code == 401
@@ -774,7 +775,7 @@ def test_a_fork_links_to_its_origin(parked: tuple[str, str]) -> None:
     store, run_id = parked
     with lw.Runtime(store) as rt:
         fork = rt.fork(run_id, 1)
-    c = TestClient(create_app(store, token=TOKEN), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN)
     page = c.get(f"/runs/{fork.run_id}").text
     m = re.search(r'id="forked-from">run <a href="/runs/([0-9a-f]+)">', page)
     assert m and m.group(1) == run_id and "at cycle 1" in page
@@ -791,7 +792,7 @@ def test_a_part_too_long_for_the_page_is_edited_from_the_cli(
 
     monkeypatch.setattr(_views, "EDIT_MAX_CHARS", 0)  # only doc/title ("" while parked) fits
     store, run_id = parked
-    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="ana")
     _sign_in(c)
     page = c.get(f"/runs/{run_id}").text
     assert page.count("Too long to edit in the page") == 3
@@ -926,7 +927,7 @@ def test_a_body_over_the_limit_is_refused_unread(parked: tuple[str, str]) -> Non
     ok = c.post(url, json={"note": "x" * 1000}, headers={"Authorization": f"Bearer {TOKEN}"})
     assert ok.status_code == 200, ok.text
     # the default is 1 MiB
-    big = TestClient(create_app(store, token=TOKEN), base_url=LOCAL)
+    big = dashboard(store, token=TOKEN)
     r = big.post(url, content=b" " * (1024 * 1024 + 1), headers=json_type)
     assert r.status_code == 413 and "1 MiB" in r.json()["detail"]
     with pytest.raises(lw.ConfigError):
@@ -1073,7 +1074,7 @@ def test_a_page_shows_only_the_messages_this_server_wrote(parked: tuple[str, str
     say "approved by root; deny the other request" in its own voice. It shows the line a
     form's post led to, signed by the server, and nothing for a message typed into a link."""
     store, run_id = parked
-    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="ana")
     forged = "Approved by root: deny the other pending request"
     assert forged not in c.get(f"/runs/{run_id}", params={"msg": forged}).text
     assert forged not in c.get(f"/runs/{run_id}", params={"msg": forged, "sig": "0" * 64}).text
@@ -1087,7 +1088,7 @@ def test_pause_from_the_page_and_the_api(parked: tuple[str, str]) -> None:
     a person's pause, as ``loopwright pause`` does; a second is refused (409), a deny of it too,
     and approving its request (the inbox's approve) lifts it."""
     store, run_id = parked
-    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="ana")
     assert c.post(f"/api/runs/{run_id}/pause").status_code == 401
     csrf = _sign_in(c)
     assert 'value="pause"' in c.get(f"/runs/{run_id}").text

@@ -10,13 +10,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 from support.long_loops import rejecting_loop
 from test_rollback_journal_reads import _paying_loop
 
 import loopwright as lw
 from loopwright.store import _base, _sql_core, _sql_reads
-from loopwright.web import create_app
 
 TOKEN = "test-token-0123456789"
 LOCAL = "http://127.0.0.1"
@@ -44,7 +43,7 @@ def test_an_edit_from_the_api_reads_its_own_event_not_the_log(
                 task_key="w",
             )
             assert r.cycles == cycles
-        c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+        c = dashboard(store, token=TOKEN, identity="ana")
         url = f"/api/runs/{r.run_id}/parts/doc/p0"
         first = c.post(url, json={"value": "by hand"}, headers=BEARER)  # warm
         assert first.status_code == 200, first.text
@@ -87,7 +86,7 @@ def test_a_resume_from_the_api_reads_the_pending_requests_not_the_runs(
                 r = rt.resume_sync(r.run_id, loop)
             assert r.status == "awaiting_approval"
             assert len(rt.store.approvals(run_id=r.run_id)) == cycles
-        c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+        c = dashboard(store, token=TOKEN, identity="ana")
         url = f"/api/runs/{r.run_id}/resume"
         assert c.post(url, headers=BEARER).status_code == 409  # warm
         with monkeypatch.context() as m:

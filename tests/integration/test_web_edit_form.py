@@ -10,10 +10,10 @@ import re
 from pathlib import Path
 
 from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 
 import loopwright as lw
 from loopwright.store import open_store
-from loopwright.web import create_app
 
 TOKEN = "edit-form-token-0123456789"
 LOCAL = "http://127.0.0.1"
@@ -44,7 +44,7 @@ def _ended_run(tmp_path: Path) -> tuple[str, str]:
 
 
 def _signed_in(store: str, run_id: str) -> tuple[TestClient, str]:
-    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="ana")
     r = c.post("/login", data={"token": TOKEN, "next": "/"}, follow_redirects=False)
     assert r.status_code == 303
     csrf = re.search(r'name="csrf" value="([^"]+)"', c.get(f"/runs/{run_id}").text)

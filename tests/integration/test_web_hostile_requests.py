@@ -18,6 +18,7 @@ from types import ModuleType
 
 import pytest
 from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 from support.modules import load_sibling
 
 import loopwright as lw
@@ -164,7 +165,7 @@ def test_the_server_keeps_the_resumes_under_way_not_every_one_it_started(
     next is asked, so the list holds the one under way only."""
     store, run_id = _web().make_parked_run(tmp_path)
     token = "server-token-0123456789"
-    c = TestClient(create_app(store, token=token, identity="oscar"), base_url=LOCAL)
+    c = dashboard(store, token=token, identity="oscar")
     resumes = c.app.state.resumes  # type: ignore[attr-defined]
     for _ in range(4):
         r = c.post(
@@ -233,7 +234,7 @@ def test_a_rerun_setting_the_default_ceilings_mark_is_a_400(tmp_path: Path) -> N
     a run's snapshot: a rerun's contract tables setting it were accepted (stall50b)."""
     store, run_id = _web().make_parked_run(tmp_path)
     token = "server-token-0123456789"
-    c = TestClient(create_app(store, token=token, identity="oscar"), base_url=LOCAL)
+    c = dashboard(store, token=token, identity="oscar")
     budget = {"max_cycles": 1000, "max_cycles_default": True, "max_seconds": 60}
     api = c.post(
         f"/api/runs/{run_id}/rerun",

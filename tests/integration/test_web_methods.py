@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 from support.modules import load_sibling
-
-from loopwright.web import create_app
 
 TOKEN = "test-token-0123456789"
 LOCAL = "http://127.0.0.1"
@@ -42,7 +41,7 @@ def test_get_routes_answer_head(parked: tuple[str, str]) -> None:
     """HEAD was 405 on every GET route (FastAPI routes answer only the methods they name),
     ``/healthz`` included, which load balancers probe with HEAD."""
     store, run_id = parked
-    c = TestClient(create_app(store, token=TOKEN), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN)
     assert _same_answer(c, "/healthz").status_code == 200
     for path in ("/", f"/runs/{run_id}", "/approvals", "/api/runs", f"/api/runs/{run_id}"):
         assert _same_answer(c, path).status_code == 200, path
@@ -54,7 +53,7 @@ def test_head_is_refused_where_get_is(parked: tuple[str, str]) -> None:
     """HEAD goes through the same sign-in rules as GET: with reads behind the token, a page is
     sent to sign in and the API refused (401), the probe path stays open."""
     store, run_id = parked
-    c = TestClient(create_app(store, token=TOKEN, require_token_for_reads=True), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, require_token_for_reads=True)
     assert _same_answer(c, "/healthz").status_code == 200
     page = _same_answer(c, f"/runs/{run_id}")
     assert page.status_code == 303 and page.headers["location"].startswith("/login?next=")
@@ -105,7 +104,7 @@ def test_a_json_body_that_repeats_a_key_is_refused(tmp_path: Path) -> None:
     dashboard's Edit box refuses such a value too."""
     web = _web()
     store, run_id = web._denied_run(tmp_path)
-    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="ana")
     url = f"/api/runs/{run_id}/parts/doc/pay"
     auth = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
     for body in (b'{"value": 1, "value": 2}', b'{"value": {"a": [{"k": 1, "k": 2}]}}'):

@@ -32,7 +32,7 @@ from types import ModuleType
 from urllib.parse import urlsplit
 
 import pytest
-from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 from support.modules import load_sibling
 
 import loopwright as lw
@@ -65,7 +65,7 @@ def _other_run_keyed(store: str, key: str) -> str:
 def test_a_signed_message_of_one_run_is_not_shown_on_another_runs_page(tmp_path: Path) -> None:
     store, run_id = _web().make_parked_run(tmp_path)
     other = _other_run(store)
-    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="ana")
     c.post("/login", data={"token": TOKEN}, follow_redirects=False)
     page = c.get(f"/runs/{run_id}").text
     csrf = re.search(r'name="csrf" value="([^"]+)"', page)
@@ -87,7 +87,7 @@ def test_a_signed_message_of_one_run_is_not_shown_on_another_runs_page(tmp_path:
 @pytest.mark.parametrize("note", ["a\x1b[2Jb", "a\u202eb", "a\u2028b", "a\x07b"])
 def test_an_edits_note_is_held_to_the_rule_of_a_decisions_note(tmp_path: Path, note: str) -> None:
     store, run_id = _web().make_parked_run(tmp_path)
-    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="ana")
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     with lw.Runtime(store) as rt:
         before = len(rt.store.audit())
@@ -116,7 +116,7 @@ def test_a_write_with_no_sign_in_is_401_and_audited_whatever_its_type(tmp_path: 
         rt.store.add_user("root", roles=["admin"], limits={}, by="test", now=1.0)
         rt.store.set_token("root", hash_token("tok-root-0123456789"), now=1.0)
         [req] = rt.store.approvals(run_id=run_id, status="pending")
-    c = TestClient(create_app(store, token=TOKEN, identity="server"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="server")
     path = f"/api/approvals/{req.approval_id}/approve"
     forged = c.post(path, content=b'{"note": "ok"}', headers={"Content-Type": "text/plain"})
     assert forged.status_code == 401, forged.text
@@ -137,7 +137,7 @@ def test_a_same_site_post_of_the_wrong_type_is_audited_as_forged(tmp_path: Path)
         rt.store.add_user("ana", roles=["approver"], limits={}, by="test", now=time.time())
         rt.store.set_token("ana", hash_token("tok-ana-0123456789"), now=time.time())
         [req] = rt.store.approvals(run_id=run_id, status="pending")
-    c = TestClient(create_app(store, token=TOKEN, identity="server"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="server")
     signed = c.post("/login", data={"token": "tok-ana-0123456789"}, follow_redirects=False)
     assert signed.status_code == 303
     plain = {"Content-Type": "text/plain"}
@@ -169,7 +169,7 @@ def test_a_same_site_post_of_the_wrong_type_is_audited_as_forged(tmp_path: Path)
 def test_a_pause_from_the_api_keeps_its_note_and_refuses_a_bad_one(tmp_path: Path) -> None:
     store = str(tmp_path / "s.db")
     rid = _other_run(store)
-    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="ana")
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     path = f"/api/runs/{rid}/pause"
     # a note holding a control character is 400 (a decision's note's rule); a body of the

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 from support.modules import load_sibling
 
 import loopwright as lw
@@ -41,7 +42,7 @@ def _events(store: str, run_id: str, kind: str) -> list[dict[str, object]]:
 def test_a_cancel_or_resume_keeps_its_note_and_refuses_a_bad_body(tmp_path: Path, how: str) -> None:
     store = str(tmp_path / "s.db")
     rid = _run(store, "one")
-    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="ana")
     path = f"/api/runs/{rid}/{how}"
     # a note against the rule of a decision's note is 400; a body of another shape is 422, as
     # a pause's (the API's schema-checked bodies)
@@ -72,7 +73,7 @@ def test_a_cancel_or_resume_keeps_its_note_and_refuses_a_bad_body(tmp_path: Path
 def test_a_note_typed_with_a_cancel_is_stored_masked(tmp_path: Path) -> None:
     store = str(tmp_path / "s.db")
     rid = _run(store, "one")
-    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="ana")
     key = "sk-proj-" + "A1b2C3d4E5f6G7h8J9k0" * 2
     r = c.post(f"/api/runs/{rid}/cancel", json={"note": f"leaked {key}"}, headers=BEARER)
     assert r.status_code == 200, r.text
@@ -83,7 +84,7 @@ def test_a_note_typed_with_a_cancel_is_stored_masked(tmp_path: Path) -> None:
 def test_a_bad_request_on_an_ended_run_is_400_not_409(tmp_path: Path) -> None:
     store = str(tmp_path / "s.db")
     rid = _run(store, "one")
-    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="ana")
     assert c.post(f"/api/runs/{rid}/cancel", headers=BEARER).status_code == 200
     with lw.Runtime(store) as rt:
         assert rt.store.get_run(rid).status == "cancelled"

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 
 import loopwright as lw
-from loopwright.web import create_app
 
 TOKEN = "reorder-token-0123456789"
 LOCAL = "http://127.0.0.1"
@@ -73,7 +73,7 @@ def make_reordering_run(tmp: Path) -> tuple[str, str]:
 
 
 def _signed_in(store: str) -> TestClient:
-    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="ana")
     r = c.post("/login", data={"token": TOKEN, "next": "/approvals"}, follow_redirects=False)
     assert r.status_code == 303
     return c

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 from support.modules import load_sibling
 
 import loopwright as lw
@@ -47,7 +48,7 @@ def test_a_burst_of_resumes_starts_one_thread(
 ) -> None:
     store, run_id = _web().make_parked_run(tmp_path)
     go, calls = _hold_resumes(monkeypatch)
-    c = TestClient(create_app(store, token=TOKEN, identity="oscar"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="oscar")
     resumes: list[threading.Thread] = c.app.state.resumes  # type: ignore[attr-defined]
     with lw.Runtime(store) as rt:
         aid = rt.pending_approval(run_id).approval_id
@@ -142,7 +143,7 @@ def test_a_rerun_whose_start_fails_after_its_fork_names_the_run_made(
         real(store, who, action, target, **kw)
 
     monkeypatch.setattr(_actions, "operate", failing)
-    c = TestClient(create_app(store, token=TOKEN, identity="oscar"), base_url=LOCAL)
+    c = dashboard(store, token=TOKEN, identity="oscar")
     with lw.Runtime(store) as rt:
         before = {r.run_id for r in rt.store.list_runs()}
     rerun = {"at_cycle": 0, "contract": {}, "start": True}

@@ -12,12 +12,11 @@ import re
 from typing import Any
 
 from doc_loop import TASK
-from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 from test_keyless_effect_failures import _paying
 from test_pause_audit import _people, _tok
 
 import loopwright as lw
-from loopwright.web import create_app
 
 SERVER = "server-token-0123456789"
 LOCAL = "http://127.0.0.1"
@@ -49,7 +48,7 @@ def _entry(url: str, run_id: str) -> Any:
 
 def test_the_api_settles_under_the_cli_rules(url: str) -> None:
     run_id = _in_doubt(url)
-    c = TestClient(create_app(url, token=SERVER, identity="srv"), base_url=LOCAL)
+    c = dashboard(url, token=SERVER, identity="srv")
     path = PATH.format(run_id)
     good = {"done": True, "result": {"id": "ch-9"}, "note": "bank shows ch-9"}
     # a viewer and an approver are refused before their body is read: 403, audited
@@ -89,7 +88,7 @@ def test_the_api_settles_under_the_cli_rules(url: str) -> None:
 
 def test_the_run_page_settles_an_effect_in_doubt(url: str) -> None:
     run_id = _in_doubt(url)
-    c = TestClient(create_app(url, token=SERVER, identity="srv"), base_url=LOCAL)
+    c = dashboard(url, token=SERVER, identity="srv")
     # a viewer signed in sees it is in doubt and who settles it, no form
     c.post("/login", data={"token": _tok("rd"), "next": "/"}, follow_redirects=False)
     page = c.get(f"/runs/{run_id}").text

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from support.dashboard import dashboard
 
 import loopwright as lw
-from loopwright.web import create_app
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
@@ -48,7 +48,7 @@ def parked(url: str) -> tuple[TestClient, str, str]:
     with lw.Runtime(url) as rt:
         res = rt.run_sync(LOOP, {"artifacts": {"doc": {"pay": 0, "memo": ""}}}, task_key="t")
     assert res.status == "awaiting_approval"
-    client = TestClient(create_app(url, token=TOKEN), base_url=LOCAL)
+    client = dashboard(url, token=TOKEN)
     [a] = client.get("/api/approvals").json()
     return client, res.run_id, a["approval_id"]
 
@@ -87,7 +87,7 @@ def test_runtime_refuses_a_note_that_is_not_storable_text(tmp_path: Path, note: 
         [a] = rt.store.approvals(run_id=res.run_id)
         assert a.status == "pending"
         assert repr(note)[1:-1] not in repr(rt.store.audit())  # refused before it is recorded
-    client = TestClient(create_app(str(tmp_path / "s.db"), token=TOKEN), base_url=LOCAL)
+    client = dashboard(str(tmp_path / "s.db"), token=TOKEN)
     assert client.get("/audit").status_code == 200
 
 
@@ -167,7 +167,7 @@ def test_a_lone_surrogate_an_older_release_stored_is_shown_as_u_fffd(tmp_path: P
     url = f"sqlite:///{tmp_path}/old.db"
     with lw.Runtime(url) as rt:
         res = rt.run_sync(LOOP, {"artifacts": {"doc": {"pay": 0, "memo": ""}}}, task_key="t")
-    client = TestClient(create_app(url, token=TOKEN), base_url=LOCAL)
+    client = dashboard(url, token=TOKEN)
     [a] = client.get("/api/approvals").json()
     r = client.post(f"/api/approvals/{a['approval_id']}/approve", json={"note": "ok"}, headers=AUTH)
     assert r.status_code == 200, r.text

@@ -4,6 +4,7 @@ signed in reads it."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -13,14 +14,14 @@ TOKEN = "server-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-def dashboard(url: str, **app: Any) -> TestClient:
-    """A client of the dashboard over the store at ``url`` (its token: ``TOKEN``; ``app``:
-    ``create_app``'s other arguments)."""
+def dashboard(url: str | os.PathLike[str] | None, *, token: str = TOKEN, **app: Any) -> TestClient:
+    """A client of the dashboard over the store at ``url``, at a loopback address (its server
+    token: ``token``, ``TOKEN`` unless given; ``app``: ``create_app``'s other arguments)."""
     from fastapi.testclient import TestClient
 
     from loopwright.web import create_app
 
-    return TestClient(create_app(url, token=TOKEN, **app), base_url="http://127.0.0.1")
+    return TestClient(create_app(url, token=token, **app), base_url="http://127.0.0.1")
 
 
 def rerun(c: TestClient, run_id: str, **body: Any) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from loopwright._effects import _canon
+from loopwright._effects import canon
 from loopwright._memory import memory_search, query_terms
 
 
@@ -26,7 +26,7 @@ from loopwright._memory import memory_search, query_terms
 )
 def test_canonical_json_is_what_json_dumps_writes(value: Any) -> None:
     want = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-    assert _canon(value) == want
+    assert canon(value) == want
 
 
 def test_the_same_search_is_reused_and_cannot_change() -> None:

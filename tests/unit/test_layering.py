@@ -210,7 +210,7 @@ print(json.dumps({
     "modules": sorted(sys.modules),
     # (a pattern compiled at import, re.Pattern, has no ``_compiled``: it counts as compiled)
     "compiled": [
-        n for n in ("_SHAPES", "_TRIGGER") if getattr(getattr(shapes, n), "_compiled", 1) is not None
+        n for n in ("SHAPES", "_TRIGGER") if getattr(getattr(shapes, n), "_compiled", 1) is not None
     ],
 }))
 """
@@ -249,5 +249,5 @@ def test_the_shapes_compiled_on_first_use_mask_as_before() -> None:
     from loopwright._redact import redact_text
 
     assert redact_text("token=abcdefgh1234 and sk-" + "a" * 40) == "token=*** and ***"
-    assert shapes._SHAPES.compiled() is shapes._SHAPES.compiled()  # (once, then kept)
-    assert shapes._SHAPES.compiled().pattern == shapes._SHAPES.pattern
+    assert shapes.SHAPES.compiled() is shapes.SHAPES.compiled()  # (once, then kept)
+    assert shapes.SHAPES.compiled().pattern == shapes.SHAPES.pattern

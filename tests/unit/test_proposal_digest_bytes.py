@@ -14,7 +14,7 @@ import pytest
 import loopwright as lw
 from loopwright import Edit, Proposal, _digest_text
 from loopwright._calls import _async_functions, _inspect_async, _is_async
-from loopwright._effects import _canon
+from loopwright._effects import canon
 
 _BIG = 'The quick brown fox said "hi" \\ and left.\n\t' * 120
 _UNI = "café — “quoted” 😀 \u2028 line\x7f end " * 60
@@ -68,12 +68,12 @@ def test_known_digests_are_unchanged(digest: str) -> None:
 def _reference(p: Proposal) -> str:
     """The digest as the generic body writes it (what the text-edit path stands for)."""
     body = {
-        "edits": sorted((e.artifact, e.part, _canon(e.value)) for e in p.edits),
+        "edits": sorted((e.artifact, e.part, canon(e.value)) for e in p.edits),
         "replace": None,
         "plan": [],
         "new_steps": [],
     }
-    return hashlib.sha256(_canon(body).encode()).hexdigest()[:32]
+    return hashlib.sha256(canon(body).encode()).hexdigest()[:32]
 
 
 def _text(r: random.Random, n: int) -> str:

@@ -229,7 +229,7 @@ _SPECS = [
     (codec._PROPOSAL, codec._DROP_PROPOSAL),
     (codec._VERDICT, codec._DROP_VERDICT),
     (codec._FINDING, codec._DROP_FINDING),
-    (codec._CALL, codec._DROP_CALL),
+    (codec._CALL, codec.DROP_CALL),
     (codec._USAGE, codec._DROP_USAGE),
 ]
 _odd = st.sampled_from([0, 0.0, -0.0, False, True, "", "error", "x", None, [], {}, [0], {"a": 1}])

@@ -124,22 +124,22 @@ def test_linear_and_cheap_on_clean_data() -> None:
 
 
 def test_prefix_grouped_alternation_matches_exactly_the_words() -> None:
-    """``_trie`` (the triggers' and secret fields' patterns) finds a word exactly where the
+    """``trie`` (the triggers' and secret fields' patterns) finds a word exactly where the
     flat alternation of the same words does, prefixes of each other included."""
     import random
     import re
 
-    from loopwright._redact import _TRIGGERS, SECRET_FIELDS, _trie, _triggered
+    from loopwright._redact import SECRET_FIELDS, TRIGGERS, trie, triggered
 
     rng = random.Random(7)
     for words in (
-        list(_TRIGGERS),
+        list(TRIGGERS),
         sorted(SECRET_FIELDS),
         ["a", "ab", "abc", "b", "ba", "x-y", "x.y"],
     ):
-        grouped = re.compile(_trie(words))
+        grouped = re.compile(trie(words))
         flat = re.compile("|".join(re.escape(w) for w in words))
-        quoted = re.compile('"(?:' + _trie(words) + ')"')
+        quoted = re.compile('"(?:' + trie(words) + ')"')
         quoted_flat = re.compile('"(?:' + "|".join(re.escape(w) for w in words) + ')"')
         alphabet = "".join(sorted(set("".join(words)))) + '"_ '
         texts = [*words, *(f'"{w}"' for w in words), *(f'"{w}x"' for w in words)]
@@ -149,19 +149,19 @@ def test_prefix_grouped_alternation_matches_exactly_the_words() -> None:
         for t in texts:
             assert (grouped.search(t) is None) == (flat.search(t) is None), (words, t)
             assert (quoted.search(t) is None) == (quoted_flat.search(t) is None), (words, t)
-            assert _triggered(t) == any(w in t for w in _TRIGGERS), t
+            assert triggered(t) == any(w in t for w in TRIGGERS), t
 
 
 def test_every_trigger_passes_the_substring_prefilter() -> None:
-    """``_triggered`` runs the expression only when one of ``_PREFILTER`` is in the text: a
+    """``triggered`` runs the expression only when one of ``PREFILTER`` is in the text: a
     trigger none of them is part of (one added later, say) would never be found."""
-    from loopwright._redact import _PREFILTER, _TRIGGER_IN, _TRIGGERS, _triggered
+    from loopwright._redact import PREFILTER, TRIGGER_IN, TRIGGERS, triggered
 
-    for t in _TRIGGERS:
-        assert t in _TRIGGER_IN or any(n in t for n in _PREFILTER), t
-        assert _triggered(f"a clean record around {t} and after"), t
+    for t in TRIGGERS:
+        assert t in TRIGGER_IN or any(n in t for n in PREFILTER), t
+        assert triggered(f"a clean record around {t} and after"), t
     for near in ("gh", "high", "passwo", "hf", "glpat", "github_pa", "sk", "aiz"):
-        assert not _triggered(f"nothing to see: {near}"), near
+        assert not triggered(f"nothing to see: {near}"), near
 
 
 @pytest.mark.parametrize(
@@ -273,7 +273,7 @@ def test_objects_are_masked_as_the_text_they_are_stored_as() -> None:
 )
 def test_keys_with_spaces_after_them_are_masked(key: str) -> None:
     """The JSON fast path found a key ending like a secret's name only right before its closing
-    quote: ``github_token `` (what ``_key`` strips after it) was declared clean and stored raw,
+    quote: ``github_token `` (what ``field_key`` strips after it) was declared clean and stored raw,
     and an effect call holding it was run. Now every key the walk masks is masked."""
     assert redact({key: "planted-value-1"}) == {key: REDACTED}
     assert redact([{"ok": 1}, {"nested": {key: "planted-value-1"}}]) == [
@@ -285,16 +285,16 @@ def test_keys_with_spaces_after_them_are_masked(key: str) -> None:
 
 
 def test_the_fast_path_never_passes_a_key_the_walk_masks() -> None:
-    """``_clean`` is a pre-filter: for every key ``_secret_name`` flags (any case, ``-`` or
+    """``_clean`` is a pre-filter: for every key ``secret_name`` flags (any case, ``-`` or
     ``_``, whitespace of every kind around it, a registered field's name) it must answer "not
     clean", so the walk masks the value."""
     import random
 
-    from loopwright._redact import _SECRET_SUFFIXES, _clean, _key, _secret_name
+    from loopwright._redact import SECRET_SUFFIXES, _clean, field_key, secret_name
 
     register_secret_field("pin code")
     fields = _redact.SECRET_FIELDS | {"pin code"}
-    names = [*fields, *(f"db{s}" for s in _SECRET_SUFFIXES), "db_passwd_x", "tokens", "task_key"]
+    names = [*fields, *(f"db{s}" for s in SECRET_SUFFIXES), "db_passwd_x", "tokens", "task_key"]
     spaces = ["", " ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "\xa0", "\u2028", "\u3000"]
     rng = random.Random(9)
     checked = 0
@@ -306,7 +306,7 @@ def test_the_fast_path_never_passes_a_key_the_walk_masks() -> None:
         key = "".join(rng.choices(spaces, k=rng.randint(0, 2))) + name
         key += "".join(rng.choices(spaces, k=rng.randint(0, 2)))
         data = {"usage": {"tokens": 3}, "rows": [{"id": "x", key: "planted-value-2"}]}
-        if _secret_name(_key(key), fields):
+        if secret_name(field_key(key), fields):
             checked += 1
             assert not _clean(data, (), fields), repr(key)
             assert redact(data)["rows"][0][key] == REDACTED, repr(key)
@@ -413,10 +413,10 @@ def test_a_text_found_clean_is_checked_again_once_a_secret_is_known(
 # and their endings, the characters the clean scan gates on (z, j, x, ', backslash, quote),
 # and ordinary record words.
 _FRAGMENTS = (
-    *_redact._TRIGGERS,
-    *_redact._PREFILTER,
+    *_redact.TRIGGERS,
+    *_redact.PREFILTER,
     *sorted(_redact.SECRET_FIELDS),
-    *_redact._SECRET_SUFFIXES,
+    *_redact.SECRET_SUFFIXES,
     *("token", "secret", "Bearer ", "Authorization: Basic ", "sk-", "ghp_", "AKIA", "eyJ"),
     *("aBcDeFgHiJkLmNoPqRsTuV0123456789", "user:pw@", "https://", "?api_key=", "="),
     *("z", "j", "x", "'", '"', "\\", '\\"', "\\'", " ", ":", "-", "_", "\t", "é", "İ", "Σ"),
@@ -429,7 +429,7 @@ def _joined(parts: list[str]) -> str:
 
 
 def _reference_triggered(low: str, passw: bool) -> bool:
-    return any(w in low for w in _redact._TRIGGERS) or (passw and "passw" in low)
+    return any(w in low for w in _redact.TRIGGERS) or (passw and "passw" in low)
 
 
 def test_triggered_is_exactly_a_trigger_being_in_the_text() -> None:
@@ -442,7 +442,7 @@ def test_triggered_is_exactly_a_trigger_being_in_the_text() -> None:
     @given(texts, st.booleans())
     def check(text: str, passw: bool) -> None:
         low = text.lower()
-        assert bool(_redact._triggered(low, passw=passw)) == _reference_triggered(low, passw)
+        assert bool(_redact.triggered(low, passw=passw)) == _reference_triggered(low, passw)
 
     check()
 
@@ -466,7 +466,7 @@ def test_the_clean_scan_masks_exactly_what_the_walk_does() -> None:
     @settings(max_examples=800, deadline=None)
     @given(data)
     def check(obj: object) -> None:
-        values = _redact._values()
+        values = _redact.secret_values()
         want = _redact._walk(obj, values, _redact.SECRET_FIELDS, False)
         got = redact(obj)
         assert got == want
@@ -498,14 +498,14 @@ def test_a_clean_record_is_not_searched_for_needles_whose_rare_character_it_lack
     )
     low = _Asked(record.lower())
     low.asked = []
-    assert not _redact._triggered(low, passw=True)
+    assert not _redact.triggered(low, passw=True)
     for needle in ("aiza", "authorization", "eyj", "xox", "%3a%2f%2f", "token'", 'token"'):
         assert needle not in low.asked, needle
     assert {"z", "j", "x", "%"} <= set(low.asked)
     # a record with those characters is searched for them
     low = _Asked('{"z":"j","x":"%"}')
     low.asked = []
-    assert not _redact._triggered(low, passw=True)
+    assert not _redact.triggered(low, passw=True)
     assert {"aiza", "authorization", "eyj", "xox", "%3a%2f%2f"} <= set(low.asked)
 
 
@@ -514,19 +514,19 @@ def test_a_clean_record_is_not_searched_for_needles_whose_rare_character_it_lack
     sorted(
         {
             *_redact.SECRET_FIELDS,
-            *(s[1:] for s in _redact._SECRET_SUFFIXES),
-            *(s for s in _redact._SECRET_SUFFIXES),
+            *(s[1:] for s in _redact.SECRET_SUFFIXES),
+            *(s for s in _redact.SECRET_SUFFIXES),
         }
     ),
 )
 def test_every_secret_name_is_a_trigger_or_a_needle(name: str) -> None:
     """The clean scan skips the key pattern on a plain text (no escape, no space before a
     closing quote, ASCII) with no trigger and neither ``private`` nor ``session`` in it
-    (``_triggered`` answers False, not None): every secret field's name, as a key (``_`` or
+    (``triggered`` answers False, not None): every secret field's name, as a key (``_`` or
     ``-``, any case, with a prefix), must then hold one or the other."""
     for spelled in (name, name.replace("_", "-"), "db_" + name, "X-" + name.upper()):
         low = json.dumps({spelled: "v"}, separators=(",", ":")).lower()
-        assert _redact._triggered(low, passw=True) is not False, spelled
+        assert _redact.triggered(low, passw=True) is not False, spelled
 
 
 def test_a_clean_plain_record_is_not_searched_for_secret_keys(
@@ -909,7 +909,7 @@ def test_an_option_after_many_dashes_is_masked() -> None:
 
 
 def test_a_long_text_is_triggered_as_before_its_needle_free_characters_were_deleted() -> None:
-    """``_triggered`` looks for the prefilter's needles in a long ASCII text with every
+    """``triggered`` looks for the prefilter's needles in a long ASCII text with every
     character no needle holds deleted (cpu46c): each needle is still found whole, so its answer
     — True, None (``private``/``session`` for the clean scan) or False — is the one it gives on
     the text itself, next to a trigger or a needle at the joins of record-like filler too."""
@@ -918,7 +918,7 @@ def test_a_long_text_is_triggered_as_before_its_needle_free_characters_were_dele
 
     from loopwright import _redact_shapes
 
-    needle_chars = set("".join(_redact_shapes._PREFILTER))
+    needle_chars = set("".join(_redact_shapes.PREFILTER))
     assert not needle_chars & set(_redact_shapes._NOT_NEEDLE.decode())
     assert set(_redact_shapes._NOT_NEEDLE.decode()) | needle_chars >= set(map(chr, range(128)))
     filler = '{"cycle":18,"score":0.5,"digest":"5317fab56e5769734564ede5ba46bc6c","x":[1,2]}'
@@ -929,11 +929,11 @@ def test_a_long_text_is_triggered_as_before_its_needle_free_characters_were_dele
     def check(a: str, b: str, passw: bool) -> None:
         low = f"{a}{filler * 3}{b}".lower()
         assert len(low) >= _redact_shapes._STRIP_MIN
-        got = _redact_shapes._triggered(low, passw=passw)
+        got = _redact_shapes.triggered(low, passw=passw)
         saved = _redact_shapes._STRIP_MIN
         try:
             _redact_shapes._STRIP_MIN = 10**9  # the text itself, as before the cut
-            want = _redact_shapes._triggered(low, passw=passw)
+            want = _redact_shapes.triggered(low, passw=passw)
         finally:
             _redact_shapes._STRIP_MIN = saved
         assert got == want, low
@@ -955,13 +955,13 @@ def test_a_text_longer_than_the_strip_bound_is_triggered_without_a_copy() -> Non
     assert len(long) > _redact_shapes._STRIP_MAX
     tracemalloc.start()
     try:
-        assert _redact_shapes._triggered(long, passw=True) is False
+        assert _redact_shapes.triggered(long, passw=True) is False
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert peak < len(long) // 10, (peak, len(long))
     short = long[: _redact_shapes._STRIP_MAX]
-    assert _redact_shapes._triggered(short, passw=True) is False
+    assert _redact_shapes.triggered(short, passw=True) is False
 
 
 def test_the_clean_scan_asks_for_no_value_pattern_when_no_secret_value_is_known(

@@ -1,10 +1,10 @@
 """The shape search tried only where a shape can start (``_redact_anchors``, stop 51) masks
-exactly what the search before it masked: ``_SHAPES.sub(_shape, text)`` over the whole text
+exactly what the search before it masked: ``SHAPES.sub(masked_shape, text)`` over the whole text
 (kept as the oracle, and as the search of a text holding one of the four characters beyond
 ASCII that ``(?i)`` reads as ASCII letters). The texts mix code (the LDB traces), prose (the
 docs), every string of the redaction tests, the planted secrets of ``bench/redact_catch.py``,
 the adversarial units of ``bench/redact_adversarial.py`` and strings generated from each
-alternative of ``_SHAPES`` itself."""
+alternative of ``SHAPES`` itself."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from loopwright import _redact, _redact_anchors
 from loopwright._redact import redact_text
 from loopwright._redact_anchors import ANCHORED, KEY_HEADS, shapes_sub
-from loopwright._redact_shapes import _SHAPE_ALTERNATIVES, _SHAPES
-from loopwright._redact_substitutions import _shape
+from loopwright._redact_shapes import SHAPE_ALTERNATIVES, SHAPES
+from loopwright._redact_substitutions import masked_shape
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
@@ -31,7 +31,7 @@ LDB = ROOT / "tests" / "data" / "ldb" / "humaneval"
 
 
 def _oracle(text: str) -> str:
-    return _SHAPES.sub(_shape, text)
+    return SHAPES.sub(masked_shape, text)
 
 
 def _bench(name: str) -> Any:
@@ -81,8 +81,8 @@ _UNGENERATED = ("hpair", "netrcfirst")
 
 
 def test_every_alternative_of_the_shapes_has_an_anchor_rule() -> None:
-    assert set(_SHAPE_ALTERNATIVES) == ANCHORED
-    assert "|".join(_SHAPE_ALTERNATIVES.values()) == _SHAPES.pattern
+    assert set(SHAPE_ALTERNATIVES) == ANCHORED
+    assert "|".join(SHAPE_ALTERNATIVES.values()) == SHAPES.pattern
 
 
 def test_no_keyword_of_the_scan_is_a_prefix_of_another() -> None:
@@ -130,7 +130,7 @@ def _generated() -> st.SearchStrategy[str]:
     return st.one_of(
         *(
             st.from_regex(pattern, fullmatch=True)
-            for name, pattern in _SHAPE_ALTERNATIVES.items()
+            for name, pattern in SHAPE_ALTERNATIVES.items()
             if name not in _UNGENERATED
         )
     )
@@ -178,7 +178,7 @@ def test_redact_text_masks_as_it_did_with_the_whole_text_search(
 
 
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
-@given(st.from_regex(_SHAPE_ALTERNATIVES["keys"], fullmatch=True))
+@given(st.from_regex(SHAPE_ALTERNATIVES["keys"], fullmatch=True))
 def test_every_key_starts_with_a_head_the_scan_looks_for(key: str) -> None:
     assert key.lower().startswith(KEY_HEADS) or (
         key[:2] in ("SK", "AC") and key[2] in "0123456789abcdef"
@@ -202,7 +202,7 @@ def test_a_text_with_a_letter_that_case_folds_to_ascii_is_masked_as_before(text:
 
 def test_a_code_text_is_not_searched_character_by_character() -> None:
     """The defect (stop 51): once a text passed the pre-check (code does: it holds ``=``),
-    ``_SHAPES`` was tried at each of its characters, about 2 µs each (an LDB import spent
+    ``SHAPES`` was tried at each of its characters, about 2 µs each (an LDB import spent
     95 % of its time there). Now the expression runs only where a secret is: on the LDB
     programs with one secret at the end, once."""
     calls: list[str] = []
@@ -210,13 +210,13 @@ def test_a_code_text_is_not_searched_character_by_character() -> None:
     class Counting:
         def __getattr__(self, name: str) -> Any:
             calls.append(name)
-            return getattr(_SHAPES, name)
+            return getattr(SHAPES, name)
 
     code = "\n".join(CODE[:200]) + "\npassword = 'hunter2'\n"
     assert "=" in code
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_redact, "_SHAPES", Counting(), raising=False)
-        mp.setattr(_redact_anchors, "_SHAPES", Counting(), raising=False)
+        mp.setattr(_redact, "SHAPES", Counting(), raising=False)
+        mp.setattr(_redact_anchors, "SHAPES", Counting(), raising=False)
         out = redact_text(code)
     assert out.endswith("\npassword = '***'\n")
     assert calls == ["match"]

@@ -159,7 +159,7 @@ def test_a_registered_value_is_masked_percent_encoded_and_as_go_and_php_escape_i
 def test_a_plain_api_key_has_no_escaped_forms() -> None:
     """A key of letters, digits, ``-`` and ``_`` reads alike everywhere: nothing added to
     search for it (the cost per record stays that of its value, base64 and hex)."""
-    assert _redact._escaped_forms("sk-proj-abcDEF_123.x~y") == set()
+    assert _redact.escaped_forms("sk-proj-abcDEF_123.x~y") == set()
 
 
 @pytest.mark.parametrize(

@@ -73,13 +73,13 @@ def test_words_that_start_like_a_key_stay(text: str) -> None:
 def test_a_mixed_case_key_needs_no_lower_case_trigger() -> None:
     """The mixed-case keys reach the shapes by the capital their body holds; a lower-case
     record (the engine's own) is not scanned for their prefixes: its clean scan stays clean."""
-    from loopwright._redact_shapes import _triggered, _upper_triggered
+    from loopwright._redact_shapes import triggered, upper_triggered
 
     for name in ("groq", "xai", "npm", "pypi", "google-oauth", "google-client", "replicate"):
         key = KEYS[name]
-        assert _upper_triggered(key, key.lower()), name
+        assert upper_triggered(key, key.lower()), name
     clean = '{"goal":"xai-based npm_modules","kind":"edit","value":"draft 3"}'
-    assert not _triggered(clean, passw=True)
-    assert not _upper_triggered(clean, clean.lower())
+    assert not triggered(clean, passw=True)
+    assert not upper_triggered(clean, clean.lower())
     for name in ("digitalocean", "shopify-access", "shopify-private"):
-        assert _triggered(KEYS[name].lower()), name
+        assert triggered(KEYS[name].lower()), name

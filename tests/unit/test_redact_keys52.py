@@ -21,7 +21,7 @@ from support.planted import planted_run
 import loopwright as lw
 from loopwright import _redact
 from loopwright._redact import REDACTED, redact, redact_text
-from loopwright._redact_shapes import _triggered, _upper_triggered
+from loopwright._redact_shapes import triggered, upper_triggered
 
 _R = random.Random(52)
 _ALNUM = string.ascii_letters + string.digits
@@ -105,7 +105,7 @@ def test_the_pre_check_passes_a_text_holding_the_key(name: str) -> None:
     where the key's body is lower-case (LangSmith, Cerebras, Sentry's user token, DigitalOcean)."""
     key = KEYS[name]
     text = f'{{"goal": "x", "note": "{key}"}}'
-    assert _triggered(text.lower()) or _upper_triggered(text, text.lower())
+    assert triggered(text.lower()) or upper_triggered(text, text.lower())
 
 
 def test_the_google_key_is_masked_whole_when_more_key_characters_follow() -> None:

@@ -117,7 +117,7 @@ def _camel(snake: str, pascal: bool) -> str:
 
 _SNAKE_NAMES = sorted(
     {n for n in _redact.SECRET_FIELDS if "_" in n}
-    | {"db" + s for s in _redact._SECRET_SUFFIXES}
+    | {"db" + s for s in _redact.SECRET_SUFFIXES}
     | {"db_password", "refresh_token", "session_token", "secret_access_key"}
 )
 

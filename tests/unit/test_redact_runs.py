@@ -84,7 +84,7 @@ def test_shorter_pieces_other_keys_digests_and_prose_are_kept() -> None:
     # another key sharing the prefix (a gram of KEY) is no piece of KEY: only its own shape
     # masks it in the net, and it is kept in the work
     other = f"another key {OTHER} of the same prefix"
-    assert mask_runs(other, _redact._registered) == other
+    assert mask_runs(other, _redact.registered_names) == other
     assert redact_registered(other) is other
 
 
@@ -152,16 +152,16 @@ def test_registering_grows_with_distinct_values_only_and_ignores_empty_or_short_
     once stripped, a local server's placeholder key)."""
     from loopwright import _redact_runs
 
-    size, pieces = len(_redact._registered), len(_redact_runs._index[0][2])
+    size, pieces = len(_redact.registered_names), len(_redact_runs._index[0][2])
     for _ in range(1000):
         register_secret(KEY)
         register_secret(f"  {KEY}\n")  # as read from a file: the same value
     for value in ("", "   ", "a", " a ", "ab12x", "     a     ", "EMPTY", "not-needed", None):
         register_secret(value)
-    assert (len(_redact._registered), len(_redact_runs._index[0][2])) == (size, pieces)
+    assert (len(_redact.registered_names), len(_redact_runs._index[0][2])) == (size, pieces)
     assert redact_text("a banana and an apple") == "a banana and an apple"
     register_secret(OTHER)  # a rotated key: both masked from now on
-    assert len(_redact._registered) > size and len(_redact_runs._index[0][2]) > pieces
+    assert len(_redact.registered_names) > size and len(_redact_runs._index[0][2]) > pieces
     assert redact_text(f"{KEY} {OTHER}") == f"{REDACTED} {REDACTED}"
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from loopwright._json import _deeper_than
+from loopwright._json import deeper_than
 from loopwright.adapters import PROPOSAL_SCHEMA as P
 from loopwright.adapters import REVIEW_SCHEMA as R
 from loopwright.adapters import MalformedReplyError, parse_reply, validate
@@ -236,10 +236,10 @@ def test_many_edits_with_one_bad_one_name_it() -> None:
 def test_depth_counts_lists_tuples_and_objects_not_scalars() -> None:
     loop: list[Any] = []
     loop.extend([loop, loop])  # a value holding itself is too deep, never walked for ever
-    assert _deeper_than(loop, 200)
-    assert not _deeper_than("x" * 1000, 0) and not _deeper_than([], 0) and _deeper_than([1], 0)
-    assert not _deeper_than({"a": (1, [[]])}, 3) and _deeper_than({"a": (1, [[]])}, 2)
-    assert not _deeper_than({"a": (1, [], {})}, 2)  # empty ones hold nothing deeper
+    assert deeper_than(loop, 200)
+    assert not deeper_than("x" * 1000, 0) and not deeper_than([], 0) and deeper_than([1], 0)
+    assert not deeper_than({"a": (1, [[]])}, 3) and deeper_than({"a": (1, [[]])}, 2)
+    assert not deeper_than({"a": (1, [], {})}, 2)  # empty ones hold nothing deeper
 
 
 def test_a_schema_changed_in_place_is_checked_as_it_is_now() -> None:

@@ -28,13 +28,13 @@ def offer(**over: Any) -> dict[str, Any]:
 
 def test_an_allowed_refund_told_no_one() -> None:
     # an allow offer was decided by no one: a run it names is not one a person was told of
-    assert _reversal._told(offer(reused_by=[{"run_id": "B", "status": "accepted"}])) == []
-    assert _reversal._told(offer(action="require", reused_by=[{"run_id": "B"}])) == ["B"]
+    assert _reversal.told_runs(offer(reused_by=[{"run_id": "B", "status": "accepted"}])) == []
+    assert _reversal.told_runs(offer(action="require", reused_by=[{"run_id": "B"}])) == ["B"]
 
 
 def test_a_reparked_offer_names_the_runs_and_their_status() -> None:
     o = offer()
-    req = _reversal._repark(
+    req = _reversal.repark(
         o, [EffectReuse("B", "accepted")], 4, "ops cancelled it", {}, now=1_000.0
     )
     assert o["action"] == "require" and o["approval_id"] == req.approval_id

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._json import _deeper_than, is_text, lone_surrogate
+from .._json import deeper_than, is_text, lone_surrogate
 from .._retry import TransientError
 from .._usage import Usage
 
@@ -298,7 +298,7 @@ def parse_reply(text: str | None, schema: Mapping[str, Any]) -> dict[str, Any]:
         why = f"nested deeper than {MAX_DEPTH} levels" if too_deep else "not JSON"
         raise MalformedReplyError(f"the reply is {why}", text)
     data = parsed[-1] if isinstance(parsed[-1], dict) else parsed[0]
-    if _deeper_than(data, MAX_DEPTH):
+    if deeper_than(data, MAX_DEPTH):
         # the engine stores and hashes the values: a reply nested past it is refused here
         raise MalformedReplyError(f"the reply is nested deeper than {MAX_DEPTH} levels", text)
     errors = validate(data, schema)

@@ -12,7 +12,7 @@ from typing import Any
 from .._contract import Contract, refuse_engine_marks
 from .._errors import ConfigError
 from .._inherited import Inherited
-from .._spec import _TOP as _SPEC_KEYS
+from .._spec import TOP_KEYS as _SPEC_KEYS
 from ._format import RunTrace, added_up, given_runs
 from ._simulate import Outcome, simulate
 

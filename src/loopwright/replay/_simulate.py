@@ -174,7 +174,7 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
         # Priced calls in order, with the engine's checks before each after the first: before
         # another call, ``call_stop`` (a budget crossed, or reached unless the call is known to
         # bill nothing); before another attempt of the same call, a budget the attempt before
-        # used up, when it billed anything (``_call_billing._crossed_with``).
+        # used up, when it billed anything (``_call_billing.crossed_with``).
         # ``rows``: what the calls tell of who bills (``_exec.call_rows``: a call of unknown
         # cost tells nothing; after one, the next is checked as another call is).
         rows: list[rules.CallRow] = []

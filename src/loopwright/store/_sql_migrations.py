@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from .._effects import _canon as canon
+from .._effects import canon
 from .._errors import (
     StoreCorruptError,
 )

@@ -17,7 +17,7 @@ from .._errors import (
     NotPermittedError,
     RunNotFoundError,
 )
-from .._people import _printable_note
+from .._people import printable_note
 from .._redact import redact_text
 from .._spec import loop_of_run, register_run_secrets
 from ..store import Approval, NewEvent, RunRecord, Store
@@ -51,7 +51,7 @@ def person_note(note: str | None) -> str | None:
     control character, escape sequence or bidirectional override: 400), stored masked
     (invariant 9); ``None`` for none or an empty one."""
     try:
-        note = _printable_note(text_field(note, "note"))
+        note = printable_note(text_field(note, "note"))
     except ConfigError as exc:
         raise HTTPException(400, str(exc)) from None  # (it names the field: "note: ...")
     return redact_text(note.strip()) if note and note.strip() else None

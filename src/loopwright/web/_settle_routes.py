@@ -17,7 +17,7 @@ from .._authority import audit
 from .._engine import Runtime
 from .._errors import ConfigError, LoopwrightError
 from .._json import strict_loads
-from .._people import _printable_note
+from .._people import printable_note
 from .._settle import settled_words
 from .._spec import register_run_secrets
 from ..store import JournalEntry
@@ -50,7 +50,7 @@ def settle_act(
     try:
         if result_given and not done:
             raise ConfigError("a result is for a settling as done only", field="result")
-        note = _printable_note(text_field(note, "note"))
+        note = printable_note(text_field(note, "note"))
         note = note.strip() if note and note.strip() else None
     except (ConfigError, HTTPException) as exc:
         why = str(exc.detail if isinstance(exc, HTTPException) else exc)
