@@ -15,6 +15,7 @@ word, redoes cycle 2 and ends the run; ``b``, let go after, writes nothing to th
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -40,6 +41,26 @@ def _held(gates: Gates) -> None:
 
 def _n(state: lw.TaskState) -> int:
     return int(state.values()["doc"].get("n", 0))
+
+
+def _gates() -> Gates:
+    """Executors ``a`` and ``b`` held (each's first event: it is held; its second: let go)."""
+    return {
+        "a": (threading.Event(), threading.Event()),
+        "b": (threading.Event(), threading.Event()),
+    }
+
+
+def _once(actor: Callable[[lw.Context], lw.Proposal]) -> lw.Loop:
+    """``actor``'s loop, accepted once ``doc.n`` is 2 ($5 and ten cycles at most, ``FAST``)."""
+
+    def done(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=_n(state) == 2, score=_n(state) / 2)
+
+    budget = lw.Budget(max_cycles=10, max_cost_usd=5.0)
+    return lw.Loop(
+        name="once", actor=actor, verifiers=[done], retry=FAST, contract=lw.Contract(budget=budget)
+    )
 
 
 def _takeovers(url: str, loop: lw.Loop, gates: Gates) -> tuple[lw.Runtime, str, Any]:
@@ -81,10 +102,7 @@ def _takeovers(url: str, loop: lw.Loop, gates: Gates) -> tuple[lw.Runtime, str, 
 
 
 def test_a_failed_attempt_journaled_before_the_takeover_is_charged_once(url: str) -> None:
-    gates: Gates = {
-        "a": (threading.Event(), threading.Event()),
-        "b": (threading.Event(), threading.Event()),
-    }
+    gates = _gates()
     tries: dict[str, int] = {}
 
     def actor(ctx: lw.Context) -> lw.Proposal:
@@ -98,14 +116,7 @@ def test_a_failed_attempt_journaled_before_the_takeover_is_charged_once(url: str
             _held(gates)
         return lw.Proposal(edits=(lw.Edit("doc", "n", ctx.cycle),), usage=ACTOR)
 
-    def done(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(passed=_n(state) == 2, score=_n(state) / 2)
-
-    budget = lw.Budget(max_cycles=10, max_cost_usd=5.0)
-    loop = lw.Loop(
-        name="once", actor=actor, verifiers=[done], retry=FAST, contract=lw.Contract(budget=budget)
-    )
-    rt, run_id, r = _takeovers(url, loop, gates)
+    rt, run_id, r = _takeovers(url, _once(actor), gates)
     with rt:
         assert isinstance(r, lw.RunResult) and r.status == "accepted", r
         words = [
@@ -121,10 +132,7 @@ def test_a_failed_attempt_journaled_before_the_takeover_is_charged_once(url: str
 
 
 def test_a_failed_attempt_the_fence_refused_to_journal_is_charged_by_the_word(url: str) -> None:
-    gates: Gates = {
-        "a": (threading.Event(), threading.Event()),
-        "b": (threading.Event(), threading.Event()),
-    }
+    gates = _gates()
 
     def actor(ctx: lw.Context) -> lw.Proposal:
         if ctx.cycle == 2:
@@ -135,14 +143,7 @@ def test_a_failed_attempt_the_fence_refused_to_journal_is_charged_by_the_word(ur
                 raise failed  # billed after the takeover: its journal entry refused
         return lw.Proposal(edits=(lw.Edit("doc", "n", ctx.cycle),), usage=ACTOR)
 
-    def done(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(passed=_n(state) == 2, score=_n(state) / 2)
-
-    budget = lw.Budget(max_cycles=10, max_cost_usd=5.0)
-    loop = lw.Loop(
-        name="once", actor=actor, verifiers=[done], retry=FAST, contract=lw.Contract(budget=budget)
-    )
-    rt, run_id, r = _takeovers(url, loop, gates)
+    rt, run_id, r = _takeovers(url, _once(actor), gates)
     with rt:
         assert isinstance(r, lw.RunResult) and r.status == "accepted", r
         # cycle 1 ($0.10), a's refused failed attempt ($0.05, its word), c's answer ($0.10)
@@ -152,10 +153,7 @@ def test_a_failed_attempt_the_fence_refused_to_journal_is_charged_by_the_word(ur
 
 
 def test_a_held_out_verifiers_fenced_bill_stays_held_out(url: str) -> None:
-    gates: Gates = {
-        "a": (threading.Event(), threading.Event()),
-        "b": (threading.Event(), threading.Event()),
-    }
+    gates = _gates()
     shown: list[float | None] = []
 
     def actor(ctx: lw.Context) -> lw.Proposal:
