@@ -161,3 +161,38 @@ async def cancelled_in_its_word(
     first.cancel()
     with pytest.raises(asyncio.CancelledError):
         await first
+
+
+Gates = dict[str, tuple[threading.Event, threading.Event]]
+
+
+def stall_gates(n: int) -> Gates:
+    """``n`` stalling executors' gates, by thread name (``stall-0`` ...): each's first event
+    set once it is held, its second let it go (``held``)."""
+    return {f"stall-{i}": (threading.Event(), threading.Event()) for i in range(n)}
+
+
+def held(gates: Gates) -> None:
+    """The calling executor held here until let go, if its thread is one of ``gates``."""
+    gate = gates.get(threading.current_thread().name)
+    if gate is not None:
+        gate[0].set()
+        gate[1].wait()
+
+
+def resumer(
+    url: str, run_id: str, loop: lw.Loop
+) -> tuple[Callable[[], None], dict[str, BaseException | lw.RunResult]]:
+    """A thread's target resuming ``run_id`` with ``loop`` in a runtime of its own, and how
+    each such thread ended, by its name: its result or what it raised (read by the test)."""
+    ended: dict[str, BaseException | lw.RunResult] = {}
+
+    def drive() -> None:
+        name = threading.current_thread().name
+        try:
+            with lw.Runtime(url) as rt:
+                ended[name] = rt.resume_sync(run_id, loop)
+        except BaseException as exc:  # (read by the test)
+            ended[name] = exc
+
+    return drive, ended
