@@ -196,3 +196,33 @@ def resumer(
             ended[name] = exc
 
     return drive, ended
+
+
+def notify_loop(
+    name: str,
+    send: Callable[[str], dict[str, str]],
+    reconcile: Callable[[str], dict[str, str] | None],
+    **budget: Any,
+) -> lw.Loop:
+    """``doc.n`` set to 1 with one call of the effect ``notify`` (kind ``send``, allowed; its
+    key ``n:1``), accepted once ``doc.n`` is 1 (three cycles at most, ``budget`` besides).
+    ``send(key)`` is the effect's call, ``reconcile`` its hook."""
+
+    @lw.effect("send", name="notify", key=lambda a: f"n:{a['n']}", reconcile=reconcile)
+    def notify(n: int, *, key: str) -> dict[str, str]:
+        return send(key)
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(edits=(lw.Edit("doc", "n", 1),), effects=(notify.call(n=1),))
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=state.values()["doc"].get("n") == 1, score=1.0)
+
+    return lw.Loop(
+        name=name,
+        actor=actor,
+        verifiers=[check],
+        effects=[notify],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="send", action="allow"),)),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3, **budget)),
+    )
