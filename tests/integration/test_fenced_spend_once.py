@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from support.crash_bound import TASK, expire
+from support.crash_bound import TASK, Gates, expire, held
 
 import loopwright as lw
 
@@ -27,16 +27,6 @@ ACTOR = lw.Usage(cost_usd=0.10, tokens=10)
 FAILED = lw.Usage(cost_usd=0.05, tokens=5)
 AUDIT = lw.Usage(cost_usd=0.01, tokens=1)
 FAST = lw.RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.01, jitter=False)
-
-Gates = dict[str, tuple[threading.Event, threading.Event]]
-
-
-def _held(gates: Gates) -> None:
-    """The calling executor held here, if its thread is one the test holds."""
-    gate = gates.get(threading.current_thread().name)
-    if gate is not None:
-        gate[0].set()
-        gate[1].wait()
 
 
 def _n(state: lw.TaskState) -> int:
@@ -113,7 +103,7 @@ def test_a_failed_attempt_journaled_before_the_takeover_is_charged_once(url: str
                 failed = lw.TransientError("malformed reply")
                 failed.usage = FAILED  # type: ignore[attr-defined]
                 raise failed  # journaled (billed) before the takeover
-            _held(gates)
+            held(gates)
         return lw.Proposal(edits=(lw.Edit("doc", "n", ctx.cycle),), usage=ACTOR)
 
     rt, run_id, r = _takeovers(url, _once(actor), gates)
@@ -136,7 +126,7 @@ def test_a_failed_attempt_the_fence_refused_to_journal_is_charged_by_the_word(ur
 
     def actor(ctx: lw.Context) -> lw.Proposal:
         if ctx.cycle == 2:
-            _held(gates)
+            held(gates)
             if threading.current_thread().name == "a":
                 failed = lw.TransientError("malformed reply")
                 failed.usage = FAILED  # type: ignore[attr-defined]
@@ -166,7 +156,7 @@ def test_a_held_out_verifiers_fenced_bill_stays_held_out(url: str) -> None:
 
     def audit(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
         if _n(state) == 2:
-            _held(gates)
+            held(gates)
         return lw.Verdict(passed=True, score=1.0, usage=AUDIT)
 
     budget = lw.Budget(max_cycles=10, max_cost_usd=5.0)
