@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from support.crash_bound import TASK, doc_loop, expire
+from support.crash_bound import TASK, doc_loop, expire, held, resumer, stall_gates
 
 import loopwright as lw
 
@@ -97,28 +97,16 @@ def test_a_stalled_executor_taken_over_is_no_crash(url: str) -> None:
     # on, finds its lease taken at its commit (StaleLeaseError) and says so. Each taker counts
     # the executor it took over as dead (nothing tells it otherwise then), never those that
     # said since that they were not.
-    stalls = {f"stall-{i}": (threading.Event(), threading.Event()) for i in range(TIMES)}
+    stalls = stall_gates(TIMES)
 
     def fault(ctx: lw.Context) -> None:
-        gate = stalls.get(threading.current_thread().name)
-        if ctx.cycle == 2 and gate is not None:
-            entered, go = gate
-            entered.set()
-            go.wait()
+        if ctx.cycle == 2:
+            held(stalls)
 
     loop = _loop(fault)
-    ended: dict[str, BaseException | lw.RunResult] = {}
-
-    def drive() -> None:
-        name = threading.current_thread().name
-        try:
-            with lw.Runtime(url) as rt:
-                ended[name] = rt.resume_sync(run_id, loop)
-        except BaseException as exc:  # (read by the test)
-            ended[name] = exc
-
     with lw.Runtime(url) as rt:
         run_id = rt.create(loop, TASK, task_key="stall")[0].run_id
+        drive, ended = resumer(url, run_id, loop)
         try:
             r = _take_over_in_turn(rt, run_id, loop, stalls, drive, ended)
         finally:

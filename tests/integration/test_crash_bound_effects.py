@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.crash_bound import expire
+from support.crash_bound import expire, held, resumer, stall_gates
 from test_crash_bound import DIED, _calls, _effects, _run, _until_done
 
 import loopwright as lw
@@ -119,31 +119,20 @@ def test_a_stall_after_the_effects_repeating_at_one_cycle_ends_at_the_bound(
     # Before, one that finished the effects wrote its start event only with the cycle's
     # commit, so each taker counted the first stall alone and the loop went on for ever (here:
     # the third execution, never stalled, concluded the cycle and the run was accepted).
-    gates = {f"stall-{i}": (threading.Event(), threading.Event()) for i in range(2)}
+    gates = stall_gates(2)
     conclude = lw.Runtime._conclude
 
     def stalling(self: Any, ex: Any, n: int, *args: Any, **kw: Any) -> bool:
-        gate = gates.get(threading.current_thread().name)
-        if n == 1 and gate is not None:
-            gate[0].set()
-            gate[1].wait()
+        if n == 1:
+            held(gates)
         return conclude(self, ex, n, *args, **kw)
 
     monkeypatch.setattr(lw.Runtime, "_conclude", stalling)
     loop = _effect_loop(max_crashes=1)
-    ended: dict[str, BaseException | lw.RunResult] = {}
-
-    def drive() -> None:
-        name = threading.current_thread().name
-        try:
-            with lw.Runtime(url) as rt:
-                ended[name] = rt.resume_sync(run_id, loop)
-        except BaseException as exc:  # (read by the test)
-            ended[name] = exc
-
     threads: list[threading.Thread] = []
     with lw.Runtime(url) as rt:
         run_id = rt.create(loop, {"artifacts": {"doc": {"n": 0}}}, task_key="stalls")[0].run_id
+        drive, ended = resumer(url, run_id, loop)
         try:
             for name, (entered, _go) in gates.items():
                 if threads:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from support.crash import Crash, phase_hook
+from support.crash_bound import notify_loop
 
 import loopwright as lw
 
@@ -25,25 +26,11 @@ def _loop(called: list[str]) -> lw.Loop:
     def not_yet(key: str) -> None:
         called.append(f"asked:{key}")  # (it never acted: asked again, it is called again)
 
-    @lw.effect("send", name="notify", key=lambda a: f"n:{a['n']}", reconcile=not_yet)
-    def notify(n: int, *, key: str) -> dict[str, str]:
+    def send(key: str) -> dict[str, str]:
         called.append(key)
         return {"sent": key}
 
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        return lw.Proposal(edits=(lw.Edit("doc", "n", 1),), effects=(notify.call(n=1),))
-
-    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(passed=state.values()["doc"].get("n") == 1, score=1.0)
-
-    return lw.Loop(
-        name="unknown-settle",
-        actor=actor,
-        verifiers=[check],
-        effects=[notify],
-        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="send", action="allow"),)),
-        contract=lw.Contract(budget=lw.Budget(max_cycles=3, max_crashes=1)),
-    )
+    return notify_loop("unknown-settle", send, not_yet, max_crashes=1)
 
 
 def _ended_by_the_bound(url: str, key: str) -> tuple[str, lw.RunResult]:

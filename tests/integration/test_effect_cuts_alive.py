@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.crash_bound import notify_loop
 
 import loopwright as lw
 
@@ -24,28 +25,14 @@ def _loop(cuts: list[int], sent: list[str]) -> lw.Loop:
     def done_already(key: str) -> dict[str, str] | None:
         return {"sent": key} if key in sent else None
 
-    @lw.effect("send", name="notify", key=lambda a: f"n:{a['n']}", reconcile=done_already)
-    def notify(n: int, *, key: str) -> dict[str, str]:
+    def send(key: str) -> dict[str, str]:
         if cuts[0] < CUTS:
             cuts[0] += 1
             raise KeyboardInterrupt  # (a person's Ctrl-C, in the effect's call)
         sent.append(key)
         return {"sent": key}
 
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        return lw.Proposal(edits=(lw.Edit("doc", "n", 1),), effects=(notify.call(n=1),))
-
-    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(passed=state.values()["doc"].get("n") == 1, score=1.0)
-
-    return lw.Loop(
-        name="cut-alive",
-        actor=actor,
-        verifiers=[check],
-        effects=[notify],
-        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="send", action="allow"),)),
-        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
-    )
+    return notify_loop("cut-alive", send, done_already)
 
 
 def test_ctrl_c_at_an_effects_call_spends_no_attempt(url: str) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from support.crash_bound import TASK, expire
+from support.crash_bound import TASK, Gates, expire, held, resumer, stall_gates
 
 import loopwright as lw
 
@@ -23,15 +23,13 @@ TIMES = 10
 COST = 0.10
 
 
-def _billing_loop(stalls: dict[str, tuple[threading.Event, threading.Event]]) -> lw.Loop:
+def _billing_loop(stalls: Gates) -> lw.Loop:
     """``doc.n`` edited to the cycle (accepted at 3), each actor call billed $0.10; in a
     stalling thread, held at cycle 2 before it answers."""
 
     def actor(ctx: lw.Context) -> lw.Proposal:
-        gate = stalls.get(threading.current_thread().name)
-        if ctx.cycle == 2 and gate is not None:
-            gate[0].set()
-            gate[1].wait()
+        if ctx.cycle == 2:
+            held(stalls)
         edits = (lw.Edit("doc", "n", ctx.cycle),)
         return lw.Proposal(edits=edits, usage=lw.Usage(cost_usd=COST, tokens=10))
 
@@ -46,20 +44,11 @@ def _billing_loop(stalls: dict[str, tuple[threading.Event, threading.Event]]) ->
 
 
 def test_stalls_taken_over_are_charged_and_end_at_the_cost_budget(url: str) -> None:
-    stalls = {f"stall-{i}": (threading.Event(), threading.Event()) for i in range(TIMES)}
+    stalls = stall_gates(TIMES)
     loop = _billing_loop(stalls)
-    ended: dict[str, BaseException | lw.RunResult] = {}
-
-    def drive() -> None:
-        name = threading.current_thread().name
-        try:
-            with lw.Runtime(url) as rt:
-                ended[name] = rt.resume_sync(run_id, loop)
-        except BaseException as exc:  # (read by the test)
-            ended[name] = exc
-
     with lw.Runtime(url) as rt:
         run_id = rt.create(loop, TASK, task_key="fenced")[0].run_id
+        drive, ended = resumer(url, run_id, loop)
         before: threading.Thread | None = None
         last = ""
         try:

@@ -15,10 +15,11 @@ word, redoes cycle 2 and ends the run; ``b``, let go after, writes nothing to th
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from support.crash_bound import TASK, expire
+from support.crash_bound import TASK, Gates, expire, held
 
 import loopwright as lw
 
@@ -27,19 +28,29 @@ FAILED = lw.Usage(cost_usd=0.05, tokens=5)
 AUDIT = lw.Usage(cost_usd=0.01, tokens=1)
 FAST = lw.RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.01, jitter=False)
 
-Gates = dict[str, tuple[threading.Event, threading.Event]]
-
-
-def _held(gates: Gates) -> None:
-    """The calling executor held here, if its thread is one the test holds."""
-    gate = gates.get(threading.current_thread().name)
-    if gate is not None:
-        gate[0].set()
-        gate[1].wait()
-
 
 def _n(state: lw.TaskState) -> int:
     return int(state.values()["doc"].get("n", 0))
+
+
+def _gates() -> Gates:
+    """Executors ``a`` and ``b`` held (each's first event: it is held; its second: let go)."""
+    return {
+        "a": (threading.Event(), threading.Event()),
+        "b": (threading.Event(), threading.Event()),
+    }
+
+
+def _once(actor: Callable[[lw.Context], lw.Proposal]) -> lw.Loop:
+    """``actor``'s loop, accepted once ``doc.n`` is 2 ($5 and ten cycles at most, ``FAST``)."""
+
+    def done(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=_n(state) == 2, score=_n(state) / 2)
+
+    budget = lw.Budget(max_cycles=10, max_cost_usd=5.0)
+    return lw.Loop(
+        name="once", actor=actor, verifiers=[done], retry=FAST, contract=lw.Contract(budget=budget)
+    )
 
 
 def _takeovers(url: str, loop: lw.Loop, gates: Gates) -> tuple[lw.Runtime, str, Any]:
@@ -81,10 +92,7 @@ def _takeovers(url: str, loop: lw.Loop, gates: Gates) -> tuple[lw.Runtime, str, 
 
 
 def test_a_failed_attempt_journaled_before_the_takeover_is_charged_once(url: str) -> None:
-    gates: Gates = {
-        "a": (threading.Event(), threading.Event()),
-        "b": (threading.Event(), threading.Event()),
-    }
+    gates = _gates()
     tries: dict[str, int] = {}
 
     def actor(ctx: lw.Context) -> lw.Proposal:
@@ -95,17 +103,10 @@ def test_a_failed_attempt_journaled_before_the_takeover_is_charged_once(url: str
                 failed = lw.TransientError("malformed reply")
                 failed.usage = FAILED  # type: ignore[attr-defined]
                 raise failed  # journaled (billed) before the takeover
-            _held(gates)
+            held(gates)
         return lw.Proposal(edits=(lw.Edit("doc", "n", ctx.cycle),), usage=ACTOR)
 
-    def done(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(passed=_n(state) == 2, score=_n(state) / 2)
-
-    budget = lw.Budget(max_cycles=10, max_cost_usd=5.0)
-    loop = lw.Loop(
-        name="once", actor=actor, verifiers=[done], retry=FAST, contract=lw.Contract(budget=budget)
-    )
-    rt, run_id, r = _takeovers(url, loop, gates)
+    rt, run_id, r = _takeovers(url, _once(actor), gates)
     with rt:
         assert isinstance(r, lw.RunResult) and r.status == "accepted", r
         words = [
@@ -121,28 +122,18 @@ def test_a_failed_attempt_journaled_before_the_takeover_is_charged_once(url: str
 
 
 def test_a_failed_attempt_the_fence_refused_to_journal_is_charged_by_the_word(url: str) -> None:
-    gates: Gates = {
-        "a": (threading.Event(), threading.Event()),
-        "b": (threading.Event(), threading.Event()),
-    }
+    gates = _gates()
 
     def actor(ctx: lw.Context) -> lw.Proposal:
         if ctx.cycle == 2:
-            _held(gates)
+            held(gates)
             if threading.current_thread().name == "a":
                 failed = lw.TransientError("malformed reply")
                 failed.usage = FAILED  # type: ignore[attr-defined]
                 raise failed  # billed after the takeover: its journal entry refused
         return lw.Proposal(edits=(lw.Edit("doc", "n", ctx.cycle),), usage=ACTOR)
 
-    def done(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(passed=_n(state) == 2, score=_n(state) / 2)
-
-    budget = lw.Budget(max_cycles=10, max_cost_usd=5.0)
-    loop = lw.Loop(
-        name="once", actor=actor, verifiers=[done], retry=FAST, contract=lw.Contract(budget=budget)
-    )
-    rt, run_id, r = _takeovers(url, loop, gates)
+    rt, run_id, r = _takeovers(url, _once(actor), gates)
     with rt:
         assert isinstance(r, lw.RunResult) and r.status == "accepted", r
         # cycle 1 ($0.10), a's refused failed attempt ($0.05, its word), c's answer ($0.10)
@@ -152,10 +143,7 @@ def test_a_failed_attempt_the_fence_refused_to_journal_is_charged_by_the_word(ur
 
 
 def test_a_held_out_verifiers_fenced_bill_stays_held_out(url: str) -> None:
-    gates: Gates = {
-        "a": (threading.Event(), threading.Event()),
-        "b": (threading.Event(), threading.Event()),
-    }
+    gates = _gates()
     shown: list[float | None] = []
 
     def actor(ctx: lw.Context) -> lw.Proposal:
@@ -168,7 +156,7 @@ def test_a_held_out_verifiers_fenced_bill_stays_held_out(url: str) -> None:
 
     def audit(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
         if _n(state) == 2:
-            _held(gates)
+            held(gates)
         return lw.Verdict(passed=True, score=1.0, usage=AUDIT)
 
     budget = lw.Budget(max_cycles=10, max_cost_usd=5.0)

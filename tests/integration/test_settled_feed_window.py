@@ -10,6 +10,8 @@ look. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -17,7 +19,7 @@ from test_notify_settle import _escalated
 
 import loopwright as lw
 from loopwright.cli import main
-from loopwright.store import NewEvent, open_store
+from loopwright.store import NewEvent, Store, open_store
 from loopwright.web._feed import SETTLED, SETTLED_ID_MARGIN, Change, Feed
 
 
@@ -26,15 +28,25 @@ def _settle(url: str, run_id: str) -> None:
                  "--store", url]) == 0  # fmt: skip
 
 
-def test_a_settling_before_the_first_look_is_not_heard_as_new(url: str) -> None:
-    run_id = _escalated(url)
-    _settle(url, run_id)  # settled before the feed (and any webhook) was there
+@contextmanager
+def _watching(url: str) -> Iterator[tuple[Store, Feed, list[Change]]]:
+    """A feed on its own store, what it hears listed, after its first look (where things
+    stand); the store closed on leaving."""
     st = open_store(url)
     try:
         heard: list[Change] = []
         feed = Feed(st)
         feed.listen(heard.append)
         feed.poll()  # (where things stand)
+        yield st, feed, heard
+    finally:
+        st.close()
+
+
+def test_a_settling_before_the_first_look_is_not_heard_as_new(url: str) -> None:
+    run_id = _escalated(url)
+    _settle(url, run_id)  # settled before the feed (and any webhook) was there
+    with _watching(url) as (_st, feed, heard):
         feed.poll()
         feed.poll()
         assert [c for c in heard if c.kind == "settled"] == []
@@ -43,18 +55,12 @@ def test_a_settling_before_the_first_look_is_not_heard_as_new(url: str) -> None:
         _settle(url, again)
         feed.poll()
         feed.poll()
-    finally:
-        st.close()
     assert [c.event.run_id for c in heard if c.kind == "settled" and c.event] == [again]
 
 
 def test_a_look_reads_from_near_the_newest_event_not_from_the_last_settling(url: str) -> None:
     run_id = _escalated(url)
-    st = open_store(url)
-    try:
-        feed = Feed(st)
-        feed.listen(lambda c: None)
-        feed.poll()  # (where things stand)
+    with _watching(url) as (st, feed, heard):
         # the runs go on, no one settles anything: 3 margins' worth of other events
         for _ in range(3):
             st.append_events(
@@ -74,13 +80,10 @@ def test_a_look_reads_from_near_the_newest_event_not_from_the_last_settling(url:
         assert floors and floors[-1] >= newest - SETTLED_ID_MARGIN, (floors, newest)
         # and a settling still comes through, once
         st.events_after = read  # type: ignore[method-assign]
-        heard: list[Change] = []
-        feed.listen(heard.append)
+        heard.clear()  # (heard from here on)
         _settle(url, run_id)
         feed.poll()
         feed.poll()
-    finally:
-        st.close()
     assert [c.event.kind for c in heard if c.kind == "settled" and c.event] == [SETTLED]
 
 
@@ -89,12 +92,7 @@ def test_a_settling_past_a_margin_full_of_settlings_is_heard(url: str) -> None:
     read of at most 1,000 held only those, heard already, and the feed heard no settling
     again, ever."""
     run_id = _escalated(url)
-    st = open_store(url)
-    try:
-        heard: list[Change] = []
-        feed = Feed(st)
-        feed.listen(heard.append)
-        feed.poll()  # (where things stand)
+    with _watching(url) as (st, feed, heard):
         batch = [NewEvent(1, SETTLED, {"key": f"pay:{i}"}) for i in range(SETTLED_ID_MARGIN)]
         st.append_events(run_id, batch)
         feed.poll()
@@ -102,8 +100,6 @@ def test_a_settling_past_a_margin_full_of_settlings_is_heard(url: str) -> None:
         st.append_events(run_id, [NewEvent(1, SETTLED, {"key": "pay:last"})])
         feed.poll()
         feed.poll()
-    finally:
-        st.close()
     keys = [c.event.data["key"] for c in heard if c.kind == "settled" and c.event]
     assert keys[SETTLED_ID_MARGIN:] == ["pay:last"], keys[SETTLED_ID_MARGIN - 2 :]
 
@@ -113,12 +109,7 @@ def test_a_store_failing_in_the_look_loses_no_settling(url: str) -> None:
     the look fails, and the next one hears the settling (it was marked heard before its run
     was read, and never heard)."""
     run_id = _escalated(url)
-    st = open_store(url)
-    try:
-        heard: list[Change] = []
-        feed = Feed(st)
-        feed.listen(heard.append)
-        feed.poll()  # (where things stand)
+    with _watching(url) as (st, feed, heard):
         _settle(url, run_id)
         feed.poll()  # (the run's own change: its cause and advice)
         armed, read, get_run = [False], st.events_after, st.get_run
@@ -143,6 +134,4 @@ def test_a_store_failing_in_the_look_loses_no_settling(url: str) -> None:
         st.events_after = read  # type: ignore[method-assign]
         feed.poll()
         feed.poll()
-    finally:
-        st.close()
     assert [c.event.run_id for c in heard if c.kind == "settled" and c.event] == [second]

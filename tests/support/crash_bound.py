@@ -161,3 +161,68 @@ async def cancelled_in_its_word(
     first.cancel()
     with pytest.raises(asyncio.CancelledError):
         await first
+
+
+Gates = dict[str, tuple[threading.Event, threading.Event]]
+
+
+def stall_gates(n: int) -> Gates:
+    """``n`` stalling executors' gates, by thread name (``stall-0`` ...): each's first event
+    set once it is held, its second let it go (``held``)."""
+    return {f"stall-{i}": (threading.Event(), threading.Event()) for i in range(n)}
+
+
+def held(gates: Gates) -> None:
+    """The calling executor held here until let go, if its thread is one of ``gates``."""
+    gate = gates.get(threading.current_thread().name)
+    if gate is not None:
+        gate[0].set()
+        gate[1].wait()
+
+
+def resumer(
+    url: str, run_id: str, loop: lw.Loop
+) -> tuple[Callable[[], None], dict[str, BaseException | lw.RunResult]]:
+    """A thread's target resuming ``run_id`` with ``loop`` in a runtime of its own, and how
+    each such thread ended, by its name: its result or what it raised (read by the test)."""
+    ended: dict[str, BaseException | lw.RunResult] = {}
+
+    def drive() -> None:
+        name = threading.current_thread().name
+        try:
+            with lw.Runtime(url) as rt:
+                ended[name] = rt.resume_sync(run_id, loop)
+        except BaseException as exc:  # (read by the test)
+            ended[name] = exc
+
+    return drive, ended
+
+
+def notify_loop(
+    name: str,
+    send: Callable[[str], dict[str, str]],
+    reconcile: Callable[[str], dict[str, str] | None],
+    **budget: Any,
+) -> lw.Loop:
+    """``doc.n`` set to 1 with one call of the effect ``notify`` (kind ``send``, allowed; its
+    key ``n:1``), accepted once ``doc.n`` is 1 (three cycles at most, ``budget`` besides).
+    ``send(key)`` is the effect's call, ``reconcile`` its hook."""
+
+    @lw.effect("send", name="notify", key=lambda a: f"n:{a['n']}", reconcile=reconcile)
+    def notify(n: int, *, key: str) -> dict[str, str]:
+        return send(key)
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(edits=(lw.Edit("doc", "n", 1),), effects=(notify.call(n=1),))
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=state.values()["doc"].get("n") == 1, score=1.0)
+
+    return lw.Loop(
+        name=name,
+        actor=actor,
+        verifiers=[check],
+        effects=[notify],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="send", action="allow"),)),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3, **budget)),
+    )

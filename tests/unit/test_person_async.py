@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -172,38 +174,48 @@ def test_a_cancel_of_a_run_this_runtime_drives_asks_it_to_stop_at_its_boundary(
         assert not rt._driving  # (nothing left counted as driven)
 
 
+@contextmanager
+def _held_off_the_main_thread(rt: lw.Runtime) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """While inside: a read of a run's latest checkpoint from a thread other than the main one
+    (an async operation's) sets ``entered`` and waits there until ``go`` is set. On leaving:
+    ``go`` set and the store's read put back."""
+    entered, go = threading.Event(), threading.Event()
+    latest = rt.store.latest_checkpoint
+
+    def slow(rid: str) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            entered.set()
+            assert go.wait(60)
+        return latest(rid)
+
+    rt.store.latest_checkpoint = slow  # type: ignore[method-assign]
+    try:
+        yield entered, go
+    finally:
+        go.set()
+        rt.store.latest_checkpoint = latest  # type: ignore[method-assign]
+
+
 def test_a_resume_while_an_async_operation_holds_the_run_is_refused(tmp_path: Path) -> None:
     """While an awaited edit is under way in its thread, the run counts as this runtime's: a
     resume of it here is refused, not let take the lease the edit holds (the store lets an
     owner take its own lease again, and one fenced the other out)."""
-    import threading
-
-    entered, go = threading.Event(), threading.Event()
     with lw.Runtime(tmp_path / "s.db") as rt:
         run_id = rt.create(LOOP, TASK, task_key="e")[0].run_id
-        latest = rt.store.latest_checkpoint
+        with _held_off_the_main_thread(rt) as (entered, go):
 
-        def slow(rid: str) -> Any:
-            if threading.current_thread() is not threading.main_thread():
-                entered.set()
-                assert go.wait(60)
-            return latest(rid)
+            async def main() -> tuple[Any, BaseException | None]:
+                editing = asyncio.create_task(rt.edit_async(run_id, "doc/a", 7, by="ops"))
+                assert await until(entered.is_set)
+                try:
+                    await rt.resume(run_id, LOOP)
+                    refused = None
+                except lw.ConflictError as exc:
+                    refused = exc
+                go.set()
+                return await editing, refused
 
-        rt.store.latest_checkpoint = slow  # type: ignore[method-assign]
-
-        async def main() -> tuple[Any, BaseException | None]:
-            editing = asyncio.create_task(rt.edit_async(run_id, "doc/a", 7, by="ops"))
-            assert await until(entered.is_set)
-            try:
-                await rt.resume(run_id, LOOP)
-                refused = None
-            except lw.ConflictError as exc:
-                refused = exc
-            go.set()
-            return await editing, refused
-
-        edited, refused = asyncio.run(main())
-        rt.store.latest_checkpoint = latest  # type: ignore[method-assign]
+            edited, refused = asyncio.run(main())
         # (said as what it is: a person's operation, not an execution; async55b)
         assert refused is not None and "being executed" not in str(refused)
         assert "a person's operation in progress in this runtime" in str(refused)
@@ -220,49 +232,34 @@ def test_an_operation_outlived_by_its_event_loop_keeps_the_run_driven_to_its_end
     that task was cancelled, not until the operation in its thread had ended (review55b). A
     resume of this runtime then took the lease the edit still held (the store lets an owner
     take its own lease again), and one fenced the other out (attack47)."""
-    import threading
-
-    entered, go = threading.Event(), threading.Event()
     with lw.Runtime(tmp_path / "s.db") as rt:
         run_id = rt.create(LOOP, TASK, task_key="t")[0].run_id
-        latest = rt.store.latest_checkpoint
+        with _held_off_the_main_thread(rt) as (entered, go):
 
-        def slow(rid: str) -> Any:
-            if threading.current_thread() is not threading.main_thread():
-                entered.set()
-                assert go.wait(60)
-            return latest(rid)
+            async def main() -> tuple[bool, bool, BaseException | None, BaseException | None]:
+                editing = asyncio.create_task(rt.edit_async(run_id, "doc/a", 7, by="ops"))
+                assert await until(entered.is_set)
+                for task in asyncio.all_tasks():  # (as ``asyncio.run``'s teardown does)
+                    if task is not asyncio.current_task():
+                        task.cancel()
+                for _ in range(50):  # turns of the event loop, no time: the cancellations land
+                    await asyncio.sleep(0)
+                ended, driven = editing.done(), run_id in rt._driving
+                try:
+                    await rt.resume(run_id, LOOP)
+                    refused = None
+                except lw.ConflictError as exc:
+                    refused = exc
+                finally:
+                    go.set()
+                try:
+                    await editing
+                    raised = None
+                except BaseException as exc:  # (what the edit's caller is told)
+                    raised = exc
+                return ended, driven, refused, raised
 
-        rt.store.latest_checkpoint = slow  # type: ignore[method-assign]
-
-        async def main() -> tuple[bool, bool, BaseException | None, BaseException | None]:
-            editing = asyncio.create_task(rt.edit_async(run_id, "doc/a", 7, by="ops"))
-            assert await until(entered.is_set)
-            for task in asyncio.all_tasks():  # (as ``asyncio.run``'s teardown does)
-                if task is not asyncio.current_task():
-                    task.cancel()
-            for _ in range(50):  # turns of the event loop, no time: the cancellations land
-                await asyncio.sleep(0)
-            ended, driven = editing.done(), run_id in rt._driving
-            try:
-                await rt.resume(run_id, LOOP)
-                refused = None
-            except lw.ConflictError as exc:
-                refused = exc
-            finally:
-                go.set()
-            try:
-                await editing
-                raised = None
-            except BaseException as exc:  # (what the edit's caller is told)
-                raised = exc
-            return ended, driven, refused, raised
-
-        try:
             ended, driven, refused, raised = asyncio.run(main())
-        finally:
-            go.set()
-            rt.store.latest_checkpoint = latest  # type: ignore[method-assign]
         assert not ended and driven  # waited for, the run its meanwhile
         assert refused is not None and "a person's operation in progress" in str(refused)
         assert isinstance(raised, asyncio.CancelledError)  # (cancelled once it had ended)
