@@ -41,6 +41,7 @@ from ._redact import redact
 from ._same_value import same_value
 from ._state import Finding, Version
 from ._usage import Usage
+from ._verdict import not_judged_count
 from ._verdict import self_reported_count as mine
 from .store import NewEvent
 
@@ -417,8 +418,18 @@ class Cycle(ActorContext):
                         "score": verdict.value,
                         "findings": len(verdict.findings),
                         "seconds": secs,
-                        # (a held-out end read from events counts them: _finishing)
-                        **({"self_reported": n_mine} if (n_mine := mine(verdict.evidence)) else {}),
+                        # (a held-out end read from events counts them: _finishing; a held-out
+                        # verdict always says, so an event without is one written before)
+                        **(
+                            {
+                                "self_reported": mine(verdict.evidence),
+                                "not_judged": not_judged_count(verdict.evidence),
+                            }
+                            if check.held_out
+                            else {"self_reported": n}
+                            if (n := mine(verdict.evidence))
+                            else {}
+                        ),
                         # what this judgement cost: a trace sums a verifier's judgements (a
                         # cycle judged again after a person's edit pays twice)
                         **({"usage": priced_dict(vu)} if vu.cost_usd or vu.tokens else {}),

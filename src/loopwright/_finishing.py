@@ -17,7 +17,7 @@ from ._host import RuntimeHost
 from ._memory import FeedbackMemory
 from ._packet import build_packet, stop_cause
 from ._usage import Usage
-from ._verdict import self_reported_count
+from ._verdict import held_out_mark, stored_mark
 from .store import ClosedApproval, NewApproval, NewEvent
 
 if TYPE_CHECKING:
@@ -187,22 +187,27 @@ class Finishing(RuntimeHost):
             if names <= set(held):
                 verdicts = {k: held[k] for k in sorted(names)}
                 return all(bool(held[k].get("passed")) for k in names), verdicts, _mine(verdicts)
-        by_cycle: dict[int, dict[str, tuple[bool, int]]] = {}
+        by_cycle: dict[int, dict[str, tuple[bool, int | None, int]]] = {}
         events: list[tuple[int, str, Mapping[str, Any]]] = [
             (e.cycle, e.kind, e.data) for e in self.store.events(ex.run_id)
         ]
         events += [(e.cycle, e.kind, e.data) for e in ex.events]
         for cycle, kind, data in events:
             if kind == "verdict" and data.get("held_out") and data.get("verifier") in names:
-                n = data.get("self_reported")
+                # (a verdict event written before stop 55 carries no count: unknown, not 0)
+                n, r = data.get("self_reported"), data.get("not_judged")
                 by_cycle.setdefault(cycle, {})[str(data["verifier"])] = (
                     bool(data.get("passed")),
-                    n if type(n) is int else 0,
+                    n if type(n) is int else None,
+                    r if type(r) is int else 0,
                 )
         for cycle in sorted(by_cycle, reverse=True):
             if set(by_cycle[cycle]) == names:
                 seen = by_cycle[cycle].values()
-                return all(p for p, _n in seen), None, sum(n for _p, n in seen)
+                passed = all(p for p, _n, _r in seen)
+                if any(n is None for _p, n, _r in seen):
+                    return passed, None, None
+                return passed, None, held_out_mark((p, n or 0, r) for p, n, r in seen)
         return None, None, None
 
     @property
@@ -214,7 +219,7 @@ class Finishing(RuntimeHost):
 
 
 def _mine(verdicts: Mapping[str, Any]) -> int:
-    """How many tests behind held-out ``verdicts`` (stored form, by check) were self-reported."""
-    return sum(
-        self_reported_count(v.get("evidence")) for v in verdicts.values() if isinstance(v, Mapping)
-    )
+    """How many tests behind held-out ``verdicts`` (stored form, by check) were not decided
+    independently of the candidate (``held_out_mark``: a pass's self-reported tests, a
+    failure's tests ``judged_only`` refused when it rests on them alone)."""
+    return held_out_mark(stored_mark(v) for v in verdicts.values() if isinstance(v, Mapping))

@@ -170,9 +170,11 @@ class Metrics:
             held-out verdict (runs of loops without held-out checks are left out). A held-out
             pass that rests on a test the candidate's own process decided (a sandbox check's
             self-reported test: ``RunMetrics.held_out_self_reported``) is not an independent
-            verdict: it is in neither basis, and counted in ``held_out_self_reported``.
-        held_out_self_reported: selected runs whose held-out pass rests on self-reported tests
-            (left out of the two rates above; a count, not a metric).
+            verdict: it is in neither basis, and counted in ``held_out_self_reported``; so is a
+            held-out failure resting on tests ``judged_only`` refused (nothing decided them).
+        held_out_self_reported: selected runs whose held-out pass rests on self-reported tests,
+            or whose failure on tests ``judged_only`` refused (left out of the two rates
+            above; a count, not a metric).
         regression_rate: regressing cycles / checked cycles. A checked cycle is a concluded
             cycle with visible verdicts that has a previous such cycle in its run's kept
             lineage (a rollback to cycle k leaves the last one at or before k; a fork's first
@@ -374,7 +376,7 @@ def summarize(
         stop_reasons={k: reasons.get(k, 0) for k in (*STOP_REASONS, *sorted(reasons))},
         stopped_by={k: groups.get(k, 0) for k in (*STOPPED_BY, *sorted(groups))},
         held_out_self_reported=sum(
-            1 for r in rows if r.held_out_passed and r.held_out_independent is None
+            1 for r in rows if r.held_out_passed is not None and r.held_out_independent is None
         ),
         review_cost_usd=review_cost_usd,
         basis=basis,

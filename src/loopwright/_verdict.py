@@ -4,7 +4,7 @@ proposal, with its findings, evidence and cost."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,6 +182,45 @@ def self_reported_count(evidence: Any) -> int:
     decided: the sandbox's ``evidence["self_reported"]`` (0 for any other verifier's)."""
     mine = evidence.get("self_reported") if isinstance(evidence, Mapping) else None
     return len(mine) if isinstance(mine, list) else 0
+
+
+def not_judged_count(evidence: Any) -> int:
+    """How many tests behind a verdict whose ``evidence`` this is ``judged_only`` refused (the
+    sandbox's ``evidence["not_judged"]``: failed unrun, not of the judged form), when the
+    verdict's failure rests on them alone (every other test passed); else 0. Such a failure
+    is no more the held-out checks' than a pass on self-reported tests: nothing was decided."""
+    if not isinstance(evidence, Mapping):
+        return 0
+    refused, passed, total = (evidence.get(k) for k in ("not_judged", "passed", "total"))
+    if not isinstance(refused, list) or not refused or type(passed) is not int:
+        return 0
+    return len(refused) if passed + len(refused) == total else 0
+
+
+def held_out_mark(verdicts: Iterable[tuple[bool, int, int]]) -> int:
+    """How many tests behind a held-out verdict (the run's ``held_out_self_reported``) were
+    not decided independently of the candidate, from each check's ``(passed, self-reported,
+    not judged)`` (``self_reported_count``, ``not_judged_count``): a pass's self-reported
+    tests; a failure's refused tests when every failing check failed on them alone; else 0
+    (a failure some test decided is a failure). Any: the verdict is not an independent one."""
+    seen = list(verdicts)
+    if all(p for p, _m, _r in seen):
+        return sum(m for _p, m, _r in seen)
+    failing = [r for p, _m, r in seen if not p]
+    return sum(failing) if all(failing) else 0
+
+
+def stored_mark(verdict: Mapping[str, Any]) -> tuple[bool, int, int]:
+    """``held_out_mark``'s triple for one stored verdict (``Verdict.to_dict``)."""
+    ev = verdict.get("evidence")
+    return bool(verdict.get("passed")), self_reported_count(ev), not_judged_count(ev)
+
+
+def independent(passed: bool | None, mark: int | None) -> bool | None:
+    """A held-out verdict (``held_out_passed``) as an independent one: ``None`` (no verdict to
+    count) when ``mark`` (``held_out_mark``) says tests behind it were not decided outside
+    the candidate's process: a pass it could have forged, a failure nothing decided."""
+    return None if passed is not None and mark else passed
 
 
 def self_reported_note(verdict: Mapping[str, Any]) -> str:

@@ -13,6 +13,8 @@ from loopwright.verifiers import CommandVerifier
 def held_out_loop(
     actor: Callable[[lw.Context], lw.Proposal],
     visible: Callable[[lw.TaskState, lw.Proposal], lw.Verdict],
+    *,
+    judged_only: bool = False,
 ) -> lw.Loop:
     return lw.Loop(
         name="held",
@@ -20,7 +22,9 @@ def held_out_loop(
         verifiers=[
             lw.Check(fn=visible, name="visible"),
             lw.Check(
-                fn=CommandVerifier(tests_key="held_out.tests"), name="hidden_tests", held_out=True
+                fn=CommandVerifier(tests_key="held_out.tests", judged_only=judged_only),
+                name="hidden_tests",
+                held_out=True,
             ),
         ],
         contract=lw.Contract(budget=lw.Budget(max_cycles=1)),

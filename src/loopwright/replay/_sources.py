@@ -14,6 +14,7 @@ from .._errors import ConfigError
 from .._inherited import NOTHING, inherited
 from .._json import without_bom
 from .._proposal import Verdict
+from .._verdict import held_out_mark, independent, stored_mark
 from ..importers.ldb import USD_PER_TOKEN, read_ldb
 from ..store import RunRecord, Store, existing_store_url, open_store
 from ._format import ABORTED, TRACE_FORMAT, Call, CycleTrace, RunTrace, added_up, read_traces
@@ -103,7 +104,13 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
         visible = {k: Verdict.from_dict(v) for k, v in (r.get("visible") or {}).items()}
         visible_names.update(dict.fromkeys(visible))
         optional.update(str(x) for x in r.get("not_required") or ())
-        held = [bool(v.get("passed")) for v in (r.get("held_out") or {}).values()]
+        # the held-out verdict as metrics count it: none where tests behind it were not
+        # decided outside the candidate's process (``_verdict.held_out_mark``)
+        held_out = [v for v in (r.get("held_out") or {}).values() if isinstance(v, Mapping)]
+        held = independent(
+            all(bool(v.get("passed")) for v in held_out) if held_out else None,
+            held_out_mark(stored_mark(v) for v in held_out),
+        )
         checked = bool(r.get("check_only"))
         attempt = not no_attempt(checked, (c.who for c in calls))
         cycles.append(
@@ -119,7 +126,7 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
                     for k, v in visible.items()
                 },
                 score=r.get("score"),
-                held_out_passed=all(held) if held else None,
+                held_out_passed=held,
                 refused=r.get("decision") == "refused",
                 duplicate=bool(r.get("duplicate")),
                 asked=r.get("decision") == "asked",
@@ -185,7 +192,7 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
         "cycles": max(0, rec.cycle - inh.cycle),
         "cost_usd": own_cost,
         "tokens": own_tokens,
-        "held_out_passed": rec.held_out_passed,
+        "held_out_passed": rec.held_out_independent,
         "max_cycles": _own_cap(rec, task),
         "loop": rec.loop_name,
         "project": rec.project,

@@ -42,8 +42,10 @@ numbers, its place in the part's map): measured at ≈ 170 B for small values.""
 def independent_held_out(passed: bool | None, self_reported: int | None) -> bool | None:
     """A held-out verdict ``passed`` as an independent one: ``None`` (no verdict to count) for
     a pass that rests on ``self_reported`` tests the candidate's own process decided, which it
-    could have forged (``RunRecord`` and ``RunMetrics.held_out_independent`` both ask it)."""
-    if passed and self_reported:
+    could have forged (``RunRecord`` and ``RunMetrics.held_out_independent`` both ask it), or
+    a failure resting on tests ``judged_only`` refused, which nothing decided (stop 55,
+    heldout55b: ``self_reported`` counts those for a failure, ``_verdict.held_out_mark``)."""
+    if passed is not None and self_reported:
         return None
     return passed
 

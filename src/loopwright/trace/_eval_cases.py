@@ -122,6 +122,8 @@ def _case_halves(
         "stop_reason": rec.stop_reason,
         "best_score": rec.best_score,
         "held_out_passed": rec.held_out_passed,
+        # any: the verdict rests on tests not decided outside the candidate's process
+        "held_out_self_reported": rec.held_out_self_reported,
         "human_decisions": [_decision(a) for a in store.approvals(run_id=rec.run_id)],
         "final_artifacts": final.values(),
         "accepted_artifacts": final.accepted_values(),

@@ -362,6 +362,10 @@ def _run_attributes(run: RunRecord) -> dict[str, Any]:
         a["loopwright.best_score"] = run.best_score
     if run.held_out_passed is not None:
         a["loopwright.held_out_passed"] = run.held_out_passed
+        if run.held_out_self_reported is not None:  # (unknown for a run ended before stop 55)
+            # tests behind it not decided outside the candidate's process: any, and the
+            # verdict is not an independent one (``RunRecord.held_out_independent``)
+            a["loopwright.held_out_self_reported"] = run.held_out_self_reported
     return a
 
 

@@ -573,7 +573,7 @@ def decide(i, p):
 def self_reported(i, why):
     if judged_only:
         msg = "not judged: " + why + " (judged_only refuses a self-reported verdict)"
-        return failed(i, msg)  # decided here, the test never having reached the candidate
+        return dict(failed(i, msg), not_judged=True)  # decided here, never run: refused
     send({"i": i, "test": tests[i]})
     reply = read(i, wait=WAIT + per_wall)  # (it may run the call again, to show its value)
     if reply is None:

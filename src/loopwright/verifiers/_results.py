@@ -82,6 +82,8 @@ class TestResult:
             test the judge cannot decide: not ``assert EXPR`` over the candidate's calls with
             literal arguments, or a value that is not plain data), which the candidate could
             have forged; ``False`` when the judge decided it from the values alone.
+        not_judged: whether ``judged_only`` refused the test (failed without running it, as
+            a self-reported one): a failure nobody decided.
     """
 
     test: str
@@ -90,6 +92,7 @@ class TestResult:
     error: str | None = None
     seconds: float = 0.0
     self_reported: bool = False
+    not_judged: bool = False
 
     @property
     def feedback(self) -> str:
@@ -104,6 +107,7 @@ class TestResult:
             "error": self.error,
             "seconds": self.seconds,
             "self_reported": self.self_reported,
+            "not_judged": self.not_judged,
         }
 
 

@@ -385,6 +385,7 @@ def _parse(
                 error=None if msg.get("error") is None else str(msg.get("error")),
                 seconds=float(msg.get("seconds") or 0.0),
                 self_reported=msg.get("self_reported") is True,
+                not_judged=msg.get("not_judged") is True,
             )
     if boundary in ("bwrap", "unshare") and rc is not None and 128 < rc < 128 + 65:
         # bwrap reports its child's death by signal N as exit status 128 + N; the judge, its
@@ -558,6 +559,7 @@ class CommandVerifier:
                     "error": t.error,
                     "feedback": t.feedback,
                     "self_reported": t.self_reported,
+                    "not_judged": t.not_judged,
                 },
             )
             for i, t in enumerate(result.tests)
@@ -578,6 +580,9 @@ class CommandVerifier:
                 "isolation": result.isolation,
                 "layers": dict(result.layers),
                 "self_reported": [i for i, t in enumerate(result.tests) if t.self_reported],
+                # tests judged_only refused (failed unrun): a failure resting on them alone is
+                # not the held-out checks' (``_verdict.not_judged_count``)
+                "not_judged": [i for i, t in enumerate(result.tests) if t.not_judged],
                 **(
                     {"warning": "candidate code ran without namespace isolation"}
                     if result.isolation == "none"
