@@ -426,8 +426,8 @@ class Cycle(ActorContext):
                                 "not_judged": not_judged_count(verdict.evidence),
                             }
                             if check.held_out
-                            else {"self_reported": n}
-                            if (n := mine(verdict.evidence))
+                            else {"self_reported": n_mine}
+                            if (n_mine := mine(verdict.evidence))
                             else {}
                         ),
                         # what this judgement cost: a trace sums a verifier's judgements (a
