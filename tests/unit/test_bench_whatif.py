@@ -77,3 +77,15 @@ def test_without_env_stubs_the_environment_check_of_every_redaction(
     whatif.PIECES["env"][0]()
     assert _redact.redact_text("x whatif-env-value-9f3k") == "x whatif-env-value-9f3k"
     assert _redact.redact({"m": "x whatif-env-value-9f3k"}) == {"m": "x whatif-env-value-9f3k"}
+
+
+@pytest.mark.parametrize("piece", ["copies", "detach"])
+def test_the_copies_what_ifs_replace_the_name_the_cycle_reads(
+    whatif: Any, monkeypatch: pytest.MonkeyPatch, piece: str
+) -> None:
+    # They set ``_cycle._copies``, which the cycle stopped reading when the candidate's state
+    # moved to ``_candidate_state.verifier_copies`` (stop 54): the what-if measured nothing.
+    monkeypatch.setattr(_cycle, "verifier_copies", _cycle.verifier_copies)
+    before = _cycle.verifier_copies
+    whatif.PIECES[piece][0]()
+    assert _cycle.verifier_copies is not before
