@@ -231,9 +231,10 @@ def test_only_the_function_under_test_is_the_candidates(
 
 def test_the_judge_reads_a_star_imports_names_itself(monkeypatch: pytest.MonkeyPatch) -> None:
     # (as for a sandbox running another interpreter, whose names the host does not read)
-    from loopwright.verifiers import sandbox
+    # (run_tests reads them in its own module, ``_run_tests``, since stop 56)
+    from loopwright.verifiers import _run_tests
 
-    monkeypatch.setattr(sandbox, "preamble_stars", lambda preamble: {})
+    monkeypatch.setattr(_run_tests, "preamble_stars", lambda preamble: {})
     code = "sqrt = lambda x: 0\ndef f(x):\n    return x + 1\n"
     tests = ["assert sqrt(2) == 0", "assert f(1) == 2"]
     r = run_tests(code, tests, preamble="from math import *", judged_only=True)

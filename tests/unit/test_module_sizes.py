@@ -12,20 +12,11 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[2] / "src" / "loopwright"
 MOST = 600
 # Above the bound today, by path under src/loopwright, each with the seam it splits along;
-# none to be added.
-NOT_SPLIT_YET: dict[str, str] = {
-    "verifiers/sandbox.py": (
-        "the limited child process (run_tests and its helpers: limits, kill, output tail, "
-        "the parse of its report) | the verifiers over it (CommandVerifier, "
-        "python_tests_verifier); being changed by another branch at stop 55"
-    ),
-    "verifiers/_harness.py": (
-        "the judge program is one source text: its pieces as texts joined in order, the "
-        "boundary and limits (private_fs, setlim) | the reading of tests it can decide "
-        "(literal, folded, asserts_of, plan) | the worker's protocol and the verdicts (Worker, "
-        "read, judge, decide); grew past 600 on main at stop 55 (the sandbox judge's changes)"
-    ),
-}
+# none to be added. Empty since stop 56: ``verifiers/sandbox.py`` gave ``run_tests`` and its
+# child process to ``verifiers/_run_tests.py``, ``verifiers/_harness.py`` its reading of tests
+# and its verdicts (texts of the judge's program) to ``_judge_plans.py`` and
+# ``_judge_verdicts.py``.
+NOT_SPLIT_YET: dict[str, str] = {}
 
 
 def _lines(path: Path) -> int:
