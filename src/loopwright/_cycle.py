@@ -38,6 +38,7 @@ from ._plan import check_new_steps
 from ._proposal import Proposal, Verdict
 from ._question import Question
 from ._redact import redact
+from ._risk_steps import RiskCheckFailed
 from ._same_value import same_value
 from ._state import Finding, Version
 from ._usage import Usage
@@ -464,7 +465,7 @@ class Cycle(ActorContext):
             )
         except OutOfTime as exc:
             return self._abort(ex, t0, "budget_time", cause=str(exc), unverified=proposal.to_dict())
-        except rules.RiskCheckFailed as failed:
+        except RiskCheckFailed as failed:
             error = error_info(f"risk rule {failed.rule}", failed.error)
             return self._abort(
                 ex,

@@ -1,22 +1,20 @@
-"""Pure decision rules of the stop contract (no I/O): budgets, scores, acceptance, progress."""
+"""Pure decision rules of the stop contract (no I/O): budgets, scores, acceptance, progress.
+The risk rules' steps are ``_risk_steps``'s."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
-from ._calls import CallTimeout
 from ._contract import Contract
-from ._contract_rules import RiskRule
 from ._errors import ConfigError
 from ._loop import Check
 from ._proposal import Proposal, Remaining, Verdict
 from ._same_value import same_value
 from ._shapes import FLOAT_SLACK
-from ._state import TaskState, match_any, part_ref, split_ref
+from ._state import TaskState, part_ref, split_ref
 from ._usage import Usage
 
 __all__ = [
-    "RiskCheckFailed",
     "accept_clean_parts",
     "aggregate_score",
     "at_default_ceiling",
@@ -35,7 +33,6 @@ __all__ = [
     "noted_calls",
     "reaches",
     "remaining",
-    "risk_steps",
     "stop_before_cycle",
     "success",
     "task_cycle_cap",
@@ -546,55 +543,3 @@ def better(best: float | None, score: float | None) -> bool:
     """The candidate scored ``score`` is the run's best so far (a higher visible score than
     ``best``; on a tie the earlier candidate stays the best)."""
     return score is not None and (best is None or score > best)
-
-
-def risk_steps(
-    rules: Sequence[RiskRule],
-    state: TaskState,
-    proposal: Proposal,
-    verdicts: dict[str, Verdict],
-    checks: Sequence[Check],
-) -> Iterator[tuple[RiskRule, str | None]]:
-    """The rules in order, as far as they go: ``(rule, reason)`` where a rule's patterns are
-    triggered (the first such is the answer), ``(rule, None)`` where its own ``check`` must be
-    asked (a reason from it is the answer; none: go on to the next). The engine
-    (``Gates._risk``) asks each check, shown copies of its own; all that is read here of the
-    arguments is read before the first step."""
-    if not rules:  # most contracts declare none: nothing to gather
-        return
-    changed = [e.ref for e in proposal.changes() if _changes(state, e.ref)]
-    visible_findings = [
-        f
-        for c in checks
-        if not c.held_out and c.name in verdicts
-        for f in verdicts[c.name].findings
-    ]
-    for rule in rules:
-        if rule.touches:
-            hit = [r for r in changed if match_any(r, rule.touches)]
-            if hit:
-                yield rule, rule.reason or f"the proposal changes {', '.join(hit)}"
-                return
-        if rule.findings:
-            hit_f = [f for f in visible_findings if f.dimension in rule.findings]
-            if hit_f:
-                yield rule, rule.reason or "; ".join(f.message for f in hit_f[:3])
-                return
-        if rule.check is not None and callable(rule.check):
-            yield rule, None
-
-
-class RiskCheckFailed(Exception):
-    """A risk rule's own check raised ``error`` (user code, like a verifier that raised)."""
-
-    def __init__(self, rule: str, error: Exception) -> None:
-        what = "timed out" if isinstance(error, CallTimeout) else f"raised {type(error).__name__}"
-        super().__init__(f"the check of risk rule {rule!r} {what}")
-        self.rule = rule
-        self.error = error
-
-
-def _changes(state: TaskState, ref: str) -> bool:
-    # ``state`` is the candidate: a part changed when its newest version was written this cycle.
-    part = state.part(ref)
-    return part is not None and part.current.cycle == state.cycle + 1

@@ -5,18 +5,18 @@ adapter or interface. Each cycle ends in exactly one atomic commit (checkpoint, 
 row), fenced by the run's lease token, so a crash at any point resumes from the last whole
 cycle.
 
-This module holds ``Runtime``: its arguments, run, run_many, resume (the execution's start and
-how it stopped), result and events. ``Runtime`` inherits the rest from one mixin per seam:
+This module holds ``Runtime``: its arguments, run, resume (the execution's start and how it
+stopped), result and events. ``Runtime`` inherits the rest from one mixin per seam:
 ``_resume_ready`` (what ``resume`` reads before it drives), ``_driving`` (``_drive``: what a
 resume owes before its first cycle, then the loop of cycles and their boundaries),
 ``_lease_life`` (the heartbeat, and the wind-down that hands the lease back), ``_run_create``
-(``create``), ``_cycle`` (context → actor → verifiers; ``_edit_check``: the check-only cycle
-after a person's edit), ``_conclude`` (effects → decide), ``_checkpoint`` (the commit and its
-durability), ``_parking`` (approval requests and questions), ``_finishing`` (ending a run),
-``_reflection`` (the reflector's note, owed across a crash), ``_people`` (people's
-decisions, cancel, rollback) and ``_person_async`` (their async forms, off the event loop), ``_lifecycle`` (``drain``,
-``close``). What ``result`` returns, and the state a result holds, is
-``_result``'s.
+(``create``), ``_run_many`` (``run_many``: many tasks at once), ``_cycle`` (context → actor →
+verifiers; ``_edit_check``: the check-only cycle after a person's edit), ``_conclude`` (effects
+→ decide), ``_checkpoint`` (the commit and its durability), ``_parking`` (approval requests and
+questions), ``_finishing`` (ending a run), ``_reflection`` (the reflector's note, owed across a
+crash), ``_people`` (people's decisions, cancel, rollback) and ``_person_async`` (their async
+forms, off the event loop), ``_lifecycle`` (``drain``, ``close``). What ``result`` returns, and
+the state a result holds, is ``_result``'s.
 """
 
 from __future__ import annotations
@@ -48,11 +48,10 @@ from ._finishing import Finishing
 from ._fork import Forking
 from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
-from ._json import check_given_text
 from ._lease_life import LeaseLife
 from ._lifecycle import Lifecycle
 from ._live_owners import hold_owner, release_owner
-from ._loop import Loop, check_loop
+from ._loop import Loop
 from ._memory import FeedbackMemory
 from ._otel_env import otel_tracing_configured, register_otlp_headers
 from ._owners import owner_name
@@ -69,6 +68,7 @@ from ._result import (
 )
 from ._resume_ready import Resuming
 from ._run_create import Creating
+from ._run_many import ManyRuns
 from ._saying import Saying
 from ._settle import Settling
 from ._store_folder import missing_schema_error, missing_store_folder
@@ -91,6 +91,7 @@ class Runtime(
     Driving,
     LeaseLife,
     Creating,
+    ManyRuns,
     Cycle,
     EditCheck,
     Concluding,
@@ -274,69 +275,6 @@ class Runtime(
         by: str | None = None,
     ) -> RunResult:
         return _sync(self.run(loop, task, task_key=task_key, project=project, by=by))
-
-    async def run_many(
-        self,
-        loop: Loop,
-        tasks: Iterable[Mapping[str, Any]],
-        *,
-        concurrency: int = 8,
-        key_of: Callable[[Mapping[str, Any], int], str] | None = None,
-        by: str | None = None,
-    ) -> list[RunResult]:
-        """Run many tasks concurrently in this process (at most ``concurrency`` at once).
-        Each is keyed by ``key_of(task, index)``, else its ``"task_key"`` field (as ``run``:
-        a task with neither is a new run each call). ``by``: who starts them, each run's
-        requester (see ``create``)."""
-        check_given_text(by, field="by")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ConfigError(
-                f"must be a whole number of runs, at least 1, got {concurrency!r}",
-                field="concurrency",
-            )
-        if key_of is not None and not callable(key_of):
-            raise ConfigError(f"{key_of!r} is not callable", field="key_of")
-        if isinstance(tasks, Mapping | str | bytes) or not isinstance(tasks, Iterable):
-            raise ConfigError(
-                f"must be a list (an iterable) of tasks, got {type(tasks).__name__}", field="tasks"
-            )
-        check_loop(loop)
-        todo = list(tasks)
-        keys = [key_of(t, i) if key_of else None for i, t in enumerate(todo)]
-        seen: dict[Any, int] = {}
-        for i, (t, key) in enumerate(zip(todo, keys, strict=True)):
-            given = (
-                key if key is not None else t.get("task_key") if isinstance(t, Mapping) else None
-            )
-            named = str(given) if isinstance(given, int) and not isinstance(given, bool) else given
-            if named is None or not isinstance(named, str):
-                continue  # a key of its own, or create's to refuse
-            if named in seen:
-                # one key names one run: two tasks with it would both resume that run (the
-                # second refused, this runtime executing it) and the other task never run
-                raise ConfigError(
-                    f"tasks {seen[named]} and {i} have the same task key {named!r}; give each "
-                    "task its own task_key (a key names one run)",
-                    field="tasks",
-                )
-            seen[named] = i
-        # Every task checked before any run is written: one refused after others had started
-        # left those runs "running", driven by no one. (Checked, then let go: each is made
-        # again when its turn comes, so a big batch holds no more initial states than runs;
-        # only checked here, so each run's head and versions are encoded once, by create.)
-        for i, t in enumerate(todo):
-            self._checked_start(loop, t, keys[i], None, None)
-        sem = asyncio.Semaphore(concurrency)
-
-        async def one(i: int, t: Mapping[str, Any]) -> RunResult:
-            async with sem:
-                return await self.run(loop, t, task_key=keys[i], by=by)
-
-        # One run failing (held elsewhere, the store down) leaves none mid-cycle: raised after.
-        done = await asyncio.gather(*map(one, range(len(todo)), todo), return_exceptions=True)
-        if failed := [r for r in done if isinstance(r, BaseException)]:
-            raise failed[0]
-        return [r for r in done if isinstance(r, RunResult)]
 
     def run_many_sync(
         self,

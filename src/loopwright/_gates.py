@@ -15,7 +15,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import _decide as rules
 from . import _json
 from ._audit import audit_once
 from ._calls import CallTimeout, call_user, hook_timeout
@@ -30,6 +29,7 @@ from ._loop import Loop
 from ._packet import EDIT_ONE, SPEC_WORDS
 from ._person_edits import person_edit
 from ._proposal import Proposal, Verdict
+from ._risk_steps import RiskCheckFailed, risk_steps
 from ._state import Finding, TaskState, VersionLoader, split_ref
 from .store import NewEvent, Store
 
@@ -255,7 +255,7 @@ class Gates(RuntimeHost):
         loader: VersionLoader,
     ) -> tuple[RiskRule, str] | None:
         """The first risk rule this proposal triggers, with the reason in words: the rules'
-        patterns read (``rules.risk_steps``), each rule's own check called as the reflector
+        patterns read (``risk_steps``), each rule's own check called as the reflector
         is (in a thread when sync, under ``hook_timeout``: the actor's timeout or the time
         budget left), so a check that blocks cannot hold the run. Raises ``RiskCheckFailed``
         (the check raised or timed out: the run escalates) or ``OutOfTime`` (the time budget
@@ -264,9 +264,7 @@ class Gates(RuntimeHost):
         check is shown copies of its own (``_risk_copies``, made only for a check): what one
         changes in place, neither the cycle nor the next rule's check judges."""
         loop = ex.loop
-        for rule, why in rules.risk_steps(
-            ex.contract.risk, candidate, proposal, visible, loop.checks
-        ):
+        for rule, why in risk_steps(ex.contract.risk, candidate, proposal, visible, loop.checks):
             if why is None:
                 state, mine, verdicts = _risk_copies(candidate, loader, proposal, visible)
                 check = rule.check
@@ -289,9 +287,9 @@ class Gates(RuntimeHost):
                 except CallTimeout as exc:
                     if left is not None and left <= limit:  # the budget's end cut it off
                         raise OutOfTime(f"the time budget ran out during {who}") from None
-                    raise rules.RiskCheckFailed(rule.name, exc) from None
+                    raise RiskCheckFailed(rule.name, exc) from None
                 except Exception as exc:  # user code: the run escalates, naming the rule
-                    raise rules.RiskCheckFailed(rule.name, exc) from exc
+                    raise RiskCheckFailed(rule.name, exc) from exc
                 if not got:
                     continue
                 # a predicate's True says "pause", not why: the rule's reason is the why

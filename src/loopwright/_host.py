@@ -1,16 +1,16 @@
 """What the ``Runtime`` mixins share: its attributes, and the methods one mixin calls in another.
 
-``Runtime`` (``_engine``) is assembled from mixins, one per seam of the engine: a run's
-creation (``_run_create``), ``resume`` up to its drive (``_resume_ready``), the drive of a run
-(``_driving``) and its lease's heartbeat and wind-down (``_lease_life``), the cycle
-(``_cycle``; ``_edit_check``, the check-only one after a person's edit), effects and decision
-(``_conclude``), the checkpoint's commit (``_checkpoint``), parking for a person
-(``_parking``), finishing (``_finishing``), reflection (``_reflection``); what people do:
-decide requests (``_people``), cancel and roll back (``_cancel_rollback``), pause
-(``_pause``), settle an effect (``_settle``) and fork (``_fork``), each also awaited off the
-event loop (``_person_async``); and the runtime's end (``_lifecycle``). Each mixin derives
-from ``RuntimeHost`` so mypy knows what ``self`` holds; the method stubs below exist only for
-the type checker (the real methods live in the modules named beside them).
+``Runtime`` (``_engine``) is assembled from mixins, one per seam of the engine: a run's creation
+(``_run_create``), many at once (``_run_many``), ``resume`` up to its drive (``_resume_ready``),
+the drive of a run (``_driving``) and its lease's heartbeat and wind-down (``_lease_life``), the
+cycle (``_cycle``; ``_edit_check``, the check-only one after a person's edit), effects and
+decision (``_conclude``), the checkpoint's commit (``_checkpoint``), parking for a person
+(``_parking``), finishing (``_finishing``), reflection (``_reflection``); what people do: decide
+requests (``_people``), cancel and roll back (``_cancel_rollback``), pause (``_pause``), settle
+an effect (``_settle``) and fork (``_fork``), each also awaited off the event loop
+(``_person_async``); and the runtime's end (``_lifecycle``). Each mixin derives from
+``RuntimeHost`` so mypy knows what ``self`` holds; the method stubs below exist only for the
+type checker (the real methods live in the modules named beside them).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ _LOCK = threading.Lock()
 _KEY = "loopwright_spec_setup"  # the preparation data's entry (multiprocessing ignores it)
 
 # The child's setup; FOLDERS and MODULES are given as its globals. Its finder is
-# _spec._SpecFolderFinder's rule: a folder's module by its bare name, never a standard one.
+# _spec_import._SpecFolderFinder's rule: a folder's module by its bare name, never a standard one.
 _SETUP = """
 import importlib.machinery as m
 import importlib.util

@@ -86,12 +86,12 @@ def test_a_spawned_child_imports_a_spec_module_by_its_name(spec_folder: Path) ->
 
 
 def test_the_childs_finder_follows_the_parents_rule(tmp_path: Path) -> None:
-    """``_spec_children._SETUP`` repeats ``_spec._SpecFolderFinder``'s rule as text (the child
+    """``_spec_children._SETUP`` repeats ``_spec_import._SpecFolderFinder``'s rule as text (the child
     cannot import loopwright when it runs): both finders answer alike for a folder's modules
     named as standard ones, its own modules and a name it lacks, so the copy cannot drift."""
     import importlib.machinery as m
 
-    from loopwright import _spec, _spec_children
+    from loopwright import _spec_children, _spec_import
 
     for name in ("colorsys", "random", "code", "json", "helpers_c43", "pkg_c43"):
         (tmp_path / f"{name}.py").write_text("")
@@ -103,7 +103,7 @@ def test_the_childs_finder_follows_the_parents_rule(tmp_path: Path) -> None:
         sys.path_hooks[:], sys.meta_path[:] = hooks, meta
         sys.path_importer_cache.pop(str(tmp_path), None)
     child = ns["spec_folder_hook"](str(tmp_path))  # type: ignore[operator]
-    parent = _spec._SpecFolderFinder(
+    parent = _spec_import._SpecFolderFinder(
         str(tmp_path),
         (m.ExtensionFileLoader, m.EXTENSION_SUFFIXES),
         (m.SourceFileLoader, m.SOURCE_SUFFIXES),

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import loopwright as lw
 from loopwright import _decide as rules
 from loopwright._packet import stop_cause
+from loopwright._risk_steps import risk_steps
 
 
 def _contract(**budget: Any) -> lw.Contract:
@@ -272,7 +273,7 @@ def _hit(
     checks: list[lw.Check],
 ) -> tuple[lw.RiskRule, str] | None:
     """The rule the patterns hit (the last step, with its reason), as the engine reads it."""
-    steps = list(rules.risk_steps(risk, state, prop, verdicts, checks))
+    steps = list(risk_steps(risk, state, prop, verdicts, checks))
     if steps and steps[-1][1] is not None:
         return steps[-1][0], str(steps[-1][1])
     return None
@@ -303,7 +304,7 @@ def test_risk_steps_touches_findings_and_check() -> None:
 
     custom = lw.RiskRule(name="x", check=lambda st_, p, v: "because")
     # a rule's own check is asked (the engine calls it: Gates._risk)
-    assert list(rules.risk_steps((custom,), s, same, {}, [])) == [(custom, None)]
+    assert list(risk_steps((custom,), s, same, {}, [])) == [(custom, None)]
 
 
 def test_a_task_carries_its_own_cycle_budget() -> None:
@@ -466,9 +467,9 @@ def test_risk_steps_ask_a_rules_check_only_until_a_rule_is_hit() -> None:
     asked = lw.RiskRule(name="asked", check=lambda st_, p, v: None)
     touch = lw.RiskRule(name="pay", touches=("*/payment",))
     never = lw.RiskRule(name="never", check=lambda st_, p, v: "unreached")
-    steps = list(rules.risk_steps((asked, touch, never), cand, prop, {}, []))
+    steps = list(risk_steps((asked, touch, never), cand, prop, {}, []))
     assert [(r.name, why is None) for r, why in steps] == [("asked", True), ("pay", False)]
-    assert list(rules.risk_steps((), cand, prop, {}, [])) == []
+    assert list(risk_steps((), cand, prop, {}, [])) == []
 
 
 def test_a_budget_crossed_is_named_before_one_only_reached() -> None:
