@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._errors import RunNotFoundError
+from ._verdict import held_out_words
 from .store import RunRecord, Store
 
 __all__ = ["compare_runs", "contract_changes", "flatten", "merge_contract"]
@@ -111,6 +112,7 @@ def _side(store: Store, rec: RunRecord) -> dict[str, Any]:
         "best_score": rec.best_score,
         "held_out_passed": rec.held_out_passed,
         "held_out_self_reported": rec.held_out_self_reported,
+        "held_out_verdict": held_out_words(rec.held_out_passed, rec.held_out_self_reported).kind,
         "cost_usd": rec.cost_usd,
         "tokens": rec.tokens,
         "seconds": rec.seconds,

@@ -14,6 +14,7 @@ from ._contract import Contract
 from ._decide import at_default_ceiling, crosses, cycle_cap
 from ._money_text import usd
 from ._state import TaskState
+from ._verdict import independent
 
 __all__ = [
     "EDIT_ONE",
@@ -284,13 +285,15 @@ def stop_cause(
     error: Mapping[str, Any] | None = None,
     evidence: Mapping[str, Any] | None = None,
     held_out_passed: bool | None = None,
+    held_out_mark: int | None = None,
     checked: int = 0,
     at_default: bool | None = None,
 ) -> str:
     """Why a run ended, in one short sentence with its numbers: who denied what and why, which
     call failed after how many attempts, which rule stopped it and at what values.
     ``checked``: of ``cycle`` cycles, how many the cycle cap did not count (``edit_checks``);
-    ``at_default``: as ``explain`` takes it."""
+    ``at_default``: as ``explain`` takes it; ``held_out_mark``: the run's
+    ``held_out_self_reported`` (a held-out failure it marks is not said to be one)."""
     if not reason:
         return ""
     b, sp = contract.budget, spent or {}
@@ -309,7 +312,9 @@ def stop_cause(
         req = contract.success.required
         what = f"all {len(req)} required checks passed" if req else "every required check passed"
         text = f"accepted at cycle {cycle}: {what}, score {_num(best_score)}"
-        if held_out_passed is False:
+        if held_out_passed is False and independent(held_out_passed, held_out_mark) is None:
+            text += "; held-out checks not judged (failed only on tests judged_only refused)"
+        elif held_out_passed is False:
             text += "; held-out checks failed"
         return clip(text)
     if reason == "no_progress":

@@ -16,8 +16,9 @@ from ._crash_bound import LEFT_ALIVE, event_lease
 from ._decide import record_no_attempt
 from ._errors import ConfigError, RunNotFoundError
 from ._inherited import fork_seq, inherited
+from ._verdict import independent
 from .store import Approval, Checkpoint, Event, RunRecord, Store
-from .store._records import PAUSE, independent_held_out
+from .store._records import PAUSE
 
 __all__ = [
     "CRASH_RESUME",
@@ -211,9 +212,10 @@ class RunMetrics:
     @property
     def held_out_independent(self) -> bool | None:
         """``held_out_passed`` as an independent verdict: ``None`` for a held-out pass that
-        rests on a test the candidate's own process decided (``held_out_self_reported``): it
-        could have forged it, so it is neither a pass nor a failure of the held-out checks."""
-        return independent_held_out(self.held_out_passed, self.held_out_self_reported)
+        rests on a test the candidate's own process decided (``held_out_self_reported``), or
+        a failure resting only on tests ``judged_only`` refused: neither a pass nor a failure
+        of the held-out checks (``_verdict.independent``, the one rule)."""
+        return independent(self.held_out_passed, self.held_out_self_reported)
 
     @property
     def accepted(self) -> bool:

@@ -73,6 +73,7 @@ def run_stop_cause(rec: _RunLike, packet: Mapping[str, Any] | None = None) -> st
         error=p.get("error"),
         evidence=p.get("evidence"),
         held_out_passed=rec.held_out_passed,
+        held_out_mark=getattr(rec, "held_out_self_reported", None),
     )
 
 

@@ -15,7 +15,7 @@ from ._record_codec import packed_finding, packed_verdict
 from ._state import Finding
 from ._usage import Usage, plain_usage
 
-__all__ = ["Verdict"]
+__all__ = ["HeldOutWords", "Verdict", "held_out_words", "independent"]
 
 
 def _finding_dicts(findings: tuple[Finding, ...]) -> list[dict[str, Any]]:
@@ -186,7 +186,8 @@ def self_reported_count(evidence: Any) -> int:
 
 def not_judged_count(evidence: Any) -> int:
     """How many tests behind a verdict whose ``evidence`` this is ``judged_only`` refused (the
-    sandbox's ``evidence["not_judged"]``: failed unrun, not of the judged form), when the
+    sandbox's ``evidence["not_judged"]``: failed unrun, not of the judged form whoever the
+    candidate is; a refusal the candidate caused is not marked), when the
     verdict's failure rests on them alone (every other test passed); else 0. Such a failure
     is no more the held-out checks' than a pass on self-reported tests: nothing was decided."""
     if not isinstance(evidence, Mapping):
@@ -218,9 +219,87 @@ def stored_mark(verdict: Mapping[str, Any]) -> tuple[bool, int, int]:
 
 def independent(passed: bool | None, mark: int | None) -> bool | None:
     """A held-out verdict (``held_out_passed``) as an independent one: ``None`` (no verdict to
-    count) when ``mark`` (``held_out_mark``) says tests behind it were not decided outside
-    the candidate's process: a pass it could have forged, a failure nothing decided."""
+    count) when ``mark`` (``held_out_mark``, a run's ``held_out_self_reported``) says tests
+    behind it were not decided outside the candidate's process: a pass it could have forged,
+    a failure nothing decided. A ``mark`` of ``None`` (unknown: a run ended before stop 55)
+    leaves the verdict as it was counted then. The one rule: ``RunRecord``, ``RunMetrics``,
+    metrics, replays and ``held_out_words`` all ask it (stop 56)."""
     return None if passed is not None and mark else passed
+
+
+@dataclass(frozen=True, slots=True)
+class HeldOutWords:
+    """How a run's held-out verdict is said (``held_out_words``), the same in every place a
+    person reads it: ``loopwright runs``, ``show`` and ``diff``, the dashboard's runs list,
+    run page and compare page, ``/api/runs`` (``kind``) and the trace (``kind``).
+
+    Attributes:
+        kind: ``None`` (no held-out verdict), ``"pass"``, ``"fail"`` (both independent),
+            ``"pass_self_reported"`` (a pass resting on tests the candidate's own process
+            decided) or ``"fail_not_judged"`` (a failure resting only on tests
+            ``judged_only`` refused): the last two are neither a held-out pass nor a failure.
+        independent: the verdict as metrics count it (``independent``).
+        cell: a list's short cell: ``-``, ``pass``, ``FAIL``, ``pass*``, ``fail*``.
+        word: in words: ``-``, ``pass``, ``FAIL``, ``pass (self-reported)``,
+            ``fail (not judged)``.
+        tone: ``""``, ``"pass"``, ``"fail"`` or ``"warn"`` (a marked verdict).
+        legend: what a starred ``cell`` means, one line (under a list), else ``""``.
+        note: this verdict's mark with its count (a tooltip, ``show``'s row), else ``""``.
+    """
+
+    kind: str | None
+    independent: bool | None
+    cell: str
+    word: str
+    tone: str
+    legend: str
+    note: str
+
+
+PASS_STAR_LEGEND = (
+    "pass*: a held-out pass resting on self-reported tests (decided in the candidate's own "
+    "process, which could have forged them): not counted as a held-out pass by "
+    "false_success_rate"
+)
+FAIL_STAR_LEGEND = (
+    "fail*: a held-out failure resting only on tests judged_only refused (not of the form the "
+    "judge decides: nothing decided them): not counted as a held-out failure by "
+    "false_success_rate"
+)
+
+
+def held_out_words(passed: bool | None, mark: int | None) -> HeldOutWords:
+    """A run's held-out verdict (``held_out_passed``) and its mark (``held_out_self_reported``)
+    as words (``HeldOutWords``); ``independent`` decides which."""
+    fair = independent(passed, mark)
+    if passed is None:
+        return HeldOutWords(None, None, "-", "-", "", "", "")
+    if fair is not None:
+        if fair:
+            return HeldOutWords("pass", True, "pass", "pass", "pass", "", "")
+        return HeldOutWords("fail", False, "FAIL", "FAIL", "fail", "", "")
+    n = f"{mark} test{'' if mark == 1 else 's'}"
+    if passed:
+        note = (
+            f"{n} self-reported: decided in the candidate's own process, which could have "
+            "forged them; not counted as a held-out pass by false_success_rate"
+        )
+        return HeldOutWords(
+            "pass_self_reported",
+            None,
+            "pass*",
+            "pass (self-reported)",
+            "warn",
+            PASS_STAR_LEGEND,
+            note,
+        )
+    note = (
+        f"{n} not judged: judged_only refused them and every other test passed, so nothing "
+        "decided the failure; not counted as a held-out failure by false_success_rate"
+    )
+    return HeldOutWords(
+        "fail_not_judged", None, "fail*", "fail (not judged)", "warn", FAIL_STAR_LEGEND, note
+    )
 
 
 def self_reported_note(verdict: Mapping[str, Any]) -> str:

@@ -9,17 +9,14 @@ lists (``loopwright runs``, the dashboard's, ``/api/runs``) say so. Before, they
 from __future__ import annotations
 
 import sqlite3
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.dashboard import dashboard
-from support.held_out import held_out_loop
-from support.printed import TextSink
+from support.held_out import held_out_loop, metrics_text, printed, runs_text
 
 import loopwright as lw
-from loopwright.cli import _app
 from loopwright.cli._diff_cmd import diff
 from loopwright.store import open_store
 from loopwright.store._pg_schema import PG_MIGRATIONS
@@ -90,34 +87,13 @@ def test_the_run_stores_how_many_held_out_tests_were_self_reported(url: str) -> 
     assert per_run == {"self": None, "judged": False, "false": True}
 
 
-def _printed(fn: Any, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> str:
-    monkeypatch.setenv("COLUMNS", "250")
-    sink, old = TextSink(), sys.stdout
-    sys.stdout = sink
-    try:
-        fn(**kw)
-    finally:
-        sys.stdout = old
-    return "".join(sink.parts)
-
-
 def test_the_runs_lists_say_a_pass_rests_on_self_reported_tests(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
 
     url = f"sqlite:///{tmp_path / 's.db'}?durability=process"
     ids = _three_runs(url)
-    out = _printed(
-        _app.runs,
-        monkeypatch,
-        store=url,
-        status=None,
-        project=None,
-        loop=None,
-        limit=None,
-        all_=False,
-        as_json=False,
-    )
+    out = runs_text(url, monkeypatch)
     rows = {k: [x for x in out.splitlines() if v[:12] in x] for k, v in ids.items()}
     assert " pass* " in rows["self"][0], out
     assert " pass " in rows["judged"][0] and "pass*" not in rows["judged"][0], out
@@ -128,31 +104,17 @@ def test_the_runs_lists_say_a_pass_rests_on_self_reported_tests(
     listed = {r["task_key"]: r for r in c.get("/api/runs").json()}
     assert listed["self"]["held_out_self_reported"] == 1
     assert listed["judged"]["held_out_self_reported"] == 0
-    from loopwright.cli._metrics_cmd import metrics
-
-    out = _printed(
-        metrics,
-        monkeypatch,
-        store=url,
-        project=None,
-        loop=None,
-        since=None,
-        until=None,
-        days=None,
-        status=None,
-        review_cost=None,
-        per_run=False,
-        as_json=False,
-    )
-    assert "1 held-out pass(es) resting on self-reported tests" in " ".join(out.split()), out
+    out = metrics_text(url, monkeypatch)
+    assert "1 held-out pass(es) resting on self-reported tests" in out, out
     page = c.get("/").text
     assert page.count("pass (self-reported)</span>") == 1, page
     # two runs side by side: `loopwright diff` and the compare page
-    out = _printed(
+    out = printed(
         diff, monkeypatch, run_a=ids["self"], run_b=ids["judged"], store=url, as_json=False
     )
-    [row] = [x for x in out.splitlines() if "held-out" in x]
+    [row] = [x for x in out.splitlines() if x.startswith("held-out")]
     assert row.split()[-2:] == ["pass*", "pass"], row
+    assert "pass*: a held-out pass resting on self-reported tests" in out, out  # (stop 56)
     page = c.get("/compare", params={"run": [ids["self"], ids["judged"]]}).text
     assert "<td>pass (self-reported)</td><td>pass</td>" in page, page
 

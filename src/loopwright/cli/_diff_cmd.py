@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from .._money_text import usd
+from .._verdict import HeldOutWords, held_out_words
 from ._app import JsonOpt, StoreOpt, _print_json, app, run_ref
 from ._stores import open_existing
 
@@ -25,13 +26,15 @@ def _short(v: Any, n: int = 36) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def _held_words(side: Mapping[str, Any]) -> HeldOutWords:
+    return held_out_words(side["held_out_passed"], side.get("held_out_self_reported"))
+
+
 def _held(side: Mapping[str, Any]) -> str:
     """A held-out verdict as ``show`` and ``runs`` say it (JSON's ``null``/``true`` read as
-    a value missing from the table; ``pass*``: resting on self-reported tests)."""
-    v = side["held_out_passed"]
-    if v is None:
-        return "-"
-    return ("pass*" if side.get("held_out_self_reported") else "pass") if v else "FAIL"
+    a value missing from the table; ``pass*``: resting on self-reported tests; ``fail*``:
+    resting only on tests ``judged_only`` refused: ``_verdict.held_out_words``)."""
+    return _held_words(side).cell
 
 
 def _score(v: Any) -> str:
@@ -95,6 +98,10 @@ def diff(
             out.print(label, markup=False)
             for side, v in (("A", va), ("B", vb)):
                 out.print(f"  {side} {_short(v, max(_MIN_COL, out.width - 4))}", markup=False)
+    # what a starred held-out cell means (as under ``loopwright runs``)
+    for legend in dict.fromkeys(_held_words(s).legend for s in (a, b)):
+        if legend:
+            out.print(legend, markup=False)
     out.print("")
     if doc["contract"]:
         out.print("contract differences:", markup=False)

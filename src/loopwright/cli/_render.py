@@ -7,7 +7,7 @@ import itertools
 import json
 import sys
 import time
-from collections import deque
+from collections import Counter, deque
 from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
@@ -19,7 +19,7 @@ from .._edit_check import behind_text
 from .._lineage import Lineage, lineage_text
 from .._mid_cycle_records import asked_before_parked
 from .._money_text import usd, usd_digits
-from .._verdict import self_reported_note
+from .._verdict import held_out_words, self_reported_note
 from ._table import STATUS_STYLE, interrupted, not_started, printable
 
 if TYPE_CHECKING:
@@ -94,9 +94,14 @@ def summary_table(runs: list[RunRecord]) -> Table:
         )
     accepted = [r for r in runs if r.status == "accepted"]
     # the metric's own basis: accepted runs without an independent held-out verdict (none,
-    # or a pass resting on self-reported tests) are left out of both
+    # a pass resting on self-reported tests, a failure only on refused ones) are left out
     false_success, judged = false_successes(r.held_out_independent for r in accepted)
-    forgeable = sum(1 for r in accepted if r.held_out_passed and r.held_out_independent is None)
+    marked = Counter(
+        w.kind
+        for r in accepted
+        if (w := held_out_words(r.held_out_passed, r.held_out_self_reported)).independent is None
+    )
+    forgeable, unjudged = marked["pass_self_reported"], marked["fail_not_judged"]
     total = sum(r.cost_usd for r in runs)
     t.add_section()
     t.add_row("total", "", str(len(runs)), usd_digits(total))
@@ -107,6 +112,12 @@ def summary_table(runs: list[RunRecord]) -> Table:
         + (
             f"; held-out passes resting on self-reported tests, not counted: {forgeable}"
             if forgeable
+            else ""
+        )
+        + (
+            f"; held-out failures resting only on tests judged_only refused, not counted: "
+            f"{unjudged}"
+            if unjudged
             else ""
         )
         + "; cost per accepted outcome: "
@@ -511,11 +522,14 @@ def run_detail_parts(
     head.add_row("best score", _score(rec.best_score))
     head.add_row("spend", f"{usd(rec.cost_usd)}, {rec.tokens} tokens, {rec.seconds:.2f} s")
     if rec.held_out_passed is not None:
+        w = held_out_words(rec.held_out_passed, rec.held_out_self_reported)
+        # a marked verdict (not an independent one) says why in yellow after it: the stored
+        # verdicts' notes, else the run's mark (``HeldOutWords.note``); never a false success
         held = (
-            "pass"
+            "[red]FAIL[/] (false success)"
+            if w.kind == "fail" and rec.status == "accepted"
+            else "pass"
             if rec.held_out_passed
-            else "[red]FAIL[/] (false success)"
-            if rec.status == "accepted"
             else "fail"
         )
         # (an ended run's packet holds the verdicts; an accepted run's are its last cycle's,
@@ -524,7 +538,7 @@ def run_detail_parts(
             f"{escape(str(k))}: {escape(n)}"
             for k, v in ((rec.packet or {}).get("held_out") or {}).items()
             if isinstance(v, dict) and (n := self_reported_note(v))
-        ]
+        ] or ([escape(w.note)] if w.note else [])
         head.add_row("held-out", held + (f" [yellow]({'; '.join(notes)})[/]" if notes else ""))
     nxt = run_next_action(rec, state.next_action)  # (an ended run's: its packet's, settled)
     if nxt:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from .._money_text import usd_digits
 from .._owners import owner_is_dead
+from .._verdict import HeldOutWords, held_out_words
 
 if TYPE_CHECKING:
     from ..store import RunRecord
@@ -320,27 +321,27 @@ def print_runs(
         _wrapped(forks[:5], width)
         if len(forks) > 5:
             _wrapped([f"and {len(forks) - 5} more fork(s) not started"], width)
-    if any(_held_cell(r)[0] == "pass*" for r in runs):
-        _wrapped(
-            [
-                "pass*: a held-out pass resting on self-reported tests (decided in the "
-                "candidate's own process, which could have forged them): not counted as a "
-                "held-out pass by false_success_rate"
-            ],
-            width,
-        )
+    # what a starred cell means, a line each under the table (``HeldOutWords.legend``)
+    legends = dict.fromkeys(w.legend for r in runs if (w := _held_words(r)).legend)
+    if legends:
+        _wrapped(list(legends), width)
     if total > len(runs):
         sys.stdout.write(f"… {total - len(runs)} more (use --limit N or --all)\n")
 
 
+def _held_words(r: RunRecord) -> HeldOutWords:
+    return held_out_words(r.held_out_passed, r.held_out_self_reported)
+
+
+_TONES = {"fail": "red", "warn": "yellow"}
+
+
 def _held_cell(r: RunRecord) -> tuple[str, str]:
-    """The held-out column: ``pass``, ``FAIL``, ``-``, or ``pass*`` for a pass resting on
-    self-reported tests (``RunRecord.held_out_independent``)."""
-    if r.held_out_passed is None:
-        return "-", ""
-    if not r.held_out_passed:
-        return "FAIL", "red"
-    return ("pass", "") if r.held_out_independent else ("pass*", "yellow")
+    """The held-out column: ``pass``, ``FAIL``, ``-``, ``pass*`` for a pass resting on
+    self-reported tests, ``fail*`` for a failure resting only on tests ``judged_only``
+    refused (``_verdict.held_out_words``: the words every list uses)."""
+    w = _held_words(r)
+    return w.cell, _TONES.get(w.tone, "")
 
 
 _WHY = next(i for i, c in enumerate(_RUN_COLS) if c.header == "why it stopped")

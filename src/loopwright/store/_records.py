@@ -10,6 +10,7 @@ from typing import Any
 
 from .._frozen import quick_init
 from .._state import TaskState, VersionLoader
+from .._verdict import held_out_words, independent
 
 __all__ = [
     "VERSION_COST",
@@ -29,7 +30,6 @@ __all__ = [
     "RunRecord",
     "VersionRow",
     "concluded_cycles",
-    "independent_held_out",
     "own_fields",
     "past_expiry",
 ]
@@ -37,17 +37,6 @@ __all__ = [
 VERSION_COST = 200
 """What holding one version in memory costs beside its value, about (the ``Version`` and its
 numbers, its place in the part's map): measured at ≈ 170 B for small values."""
-
-
-def independent_held_out(passed: bool | None, self_reported: int | None) -> bool | None:
-    """A held-out verdict ``passed`` as an independent one: ``None`` (no verdict to count) for
-    a pass that rests on ``self_reported`` tests the candidate's own process decided, which it
-    could have forged (``RunRecord`` and ``RunMetrics.held_out_independent`` both ask it), or
-    a failure resting on tests ``judged_only`` refused, which nothing decided (stop 55,
-    heldout55b: ``self_reported`` counts those for a failure, ``_verdict.held_out_mark``)."""
-    if passed is not None and self_reported:
-        return None
-    return passed
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +85,9 @@ class RunRecord:
     @property
     def held_out_independent(self) -> bool | None:
         """``held_out_passed`` as an independent verdict: ``None`` (no verdict to count) for a
-        held-out pass that rests on a test the candidate could have forged."""
-        return independent_held_out(self.held_out_passed, self.held_out_self_reported)
+        held-out pass that rests on a test the candidate could have forged, or a failure
+        resting only on tests ``judged_only`` refused (``_verdict.independent``)."""
+        return independent(self.held_out_passed, self.held_out_self_reported)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -127,6 +117,11 @@ class RunRecord:
             "created_by": self.created_by,
             "maker_starts": self.maker_starts,
             "held_out_self_reported": self.held_out_self_reported,
+            # the two as one word (``_verdict.held_out_words``): None, pass, fail,
+            # pass_self_reported, fail_not_judged
+            "held_out_verdict": held_out_words(
+                self.held_out_passed, self.held_out_self_reported
+            ).kind,
         }
 
 

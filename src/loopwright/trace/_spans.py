@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._verdict import held_out_words
 from ..store import Approval, Checkpoint, Event, RunRecord, Store
 from ._cycle_spans import approval_spans, claimed, cycle_spans, effect_spans
 from ._span_model import (
@@ -366,6 +367,10 @@ def _run_attributes(run: RunRecord) -> dict[str, Any]:
             # tests behind it not decided outside the candidate's process: any, and the
             # verdict is not an independent one (``RunRecord.held_out_independent``)
             a["loopwright.held_out_self_reported"] = run.held_out_self_reported
+        # the two as one word, as the runs lists say it (``_verdict.held_out_words``)
+        a["loopwright.held_out_verdict"] = str(
+            held_out_words(run.held_out_passed, run.held_out_self_reported).kind
+        )
     return a
 
 

@@ -16,6 +16,7 @@ from fastapi.templating import Jinja2Templates
 from .._authority import check_person
 from .._errors import ConfigError
 from .._money_text import usd, usd_digits
+from .._verdict import held_out_words
 from ..store import open_store
 from ._actions import ActionDeps, register_actions
 from ._api import Decision, register_api  # noqa: F401  (Decision re-exported)
@@ -157,6 +158,8 @@ def create_app(
     env.filters["duration"] = duration
     env.filters["usd"] = usd
     env.filters["usd_digits"] = usd_digits
+    # a run's held-out verdict in words, the same on every page (``_verdict.held_out_words``)
+    env.globals["held_words"] = held_out_words
     templates = Jinja2Templates(env=env)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 

@@ -23,6 +23,7 @@ from .._decide import at_default_ceiling
 from .._packet import explain
 from .._state import Part, TaskState, Version
 from .._stored_run_words import run_stop_cause, waits_only_to_start
+from .._verdict import held_out_words
 from ..store import Approval, Event, JournalEntry, RunRecord
 from ..store._records import PAUSE
 from ._chart import CHART_DOTS, ChartPoint, chart_point, chart_points, chart_svg, per_pixel
@@ -395,6 +396,9 @@ def run_summary(rec: RunRecord) -> dict[str, Any]:
         # how many tests behind that verdict the candidate's own process decided (0: none;
         # None: unknown): a pass with any is not an independent one (false_success_rate)
         "held_out_self_reported": rec.held_out_self_reported,
+        # the two as one word (``_verdict.held_out_words``): null, pass, fail,
+        # pass_self_reported, fail_not_judged (the last two: not independent verdicts)
+        "held_out_verdict": held_out_words(rec.held_out_passed, rec.held_out_self_reported).kind,
         "forked_from": rec.forked_from,
         "forked_at": rec.forked_at,
         # (a fork no worker takes until its maker starts it, as the run's own API says: a
