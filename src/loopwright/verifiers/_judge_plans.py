@@ -241,5 +241,13 @@ PRE = bound(job["preamble"], stars=True) or set()
 # (a candidate that does not parse runs nothing: its compile error is each test's verdict)
 OWN = bound(job["code"])
 plans = [plan(i, t) for i, t in enumerate(job["tests"])]
+# Which tests are of the judged form whoever the candidate is (a refused one read again, its
+# candidate read as binding the function under test): only a refusal of one of the others
+# rests on the test, not_judged (stop 56: a candidate that bound it where no parser sees it,
+# `exec("def f…")`, had every test refused and marked, and a held-out failure resting on
+# marked tests alone is not counted: it hid its false success).
+OWN, own = None, OWN
+FORM = [p is not None or plan(i, t) is not None for i, (t, p) in enumerate(zip(job["tests"], plans))]
+OWN = own
 judged_only = job["judged_only"]
 """

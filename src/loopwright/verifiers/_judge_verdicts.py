@@ -175,9 +175,12 @@ def decide(i, p):
             send({"more": False})  # the worker waits for a word
         return result
     return {"i": i, "passed": True, "seconds": seconds(reply)}
-def self_reported(i, why):
+def self_reported(i, why, theirs=False):
     if judged_only:
         msg = "not judged: " + why + " (judged_only refuses a self-reported verdict)"
+        if theirs:
+            # the candidate's code or answer made the test undecidable: its failure, decided
+            return failed(i, msg + ": the candidate's doing, a failure")
         return dict(failed(i, msg), not_judged=True)  # decided here, never run: refused
     send({"i": i, "test": tests[i]})
     reply = read(i, wait=WAIT + per_wall)  # (it may run the call again, to show its value)
@@ -193,11 +196,13 @@ except OSError:
     pass
 wjob = None
 def run(i, p):
+    if p is None and FORM[i]:
+        return self_reported(i, "the candidate binds the function under test where the judge cannot read it (not a `def` or an assignment of its code)", theirs=True)
     if p is None:
         return self_reported(i, "the test is not `assert EXPR` (or a `check(candidate)` of such asserts) over calls of the candidate's with literal arguments")
     result = decide(i, p)
     if result is None:
-        result = self_reported(i, "a value the test compares is not plain data")
+        result = self_reported(i, "a value the test compares is not plain data", theirs=True)
     return result
 stopped = None
 for i, test in enumerate(tests):

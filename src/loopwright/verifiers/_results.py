@@ -82,8 +82,10 @@ class TestResult:
             test the judge cannot decide: not ``assert EXPR`` over the candidate's calls with
             literal arguments, or a value that is not plain data), which the candidate could
             have forged; ``False`` when the judge decided it from the values alone.
-        not_judged: whether ``judged_only`` refused the test (failed without running it, as
-            a self-reported one): a failure nobody decided.
+        not_judged: whether ``judged_only`` refused the test for its form (failed without
+            running it: not of the judged form whoever the candidate is): a failure nobody
+            decided. A refusal the candidate caused (the function under test bound where the
+            judge cannot read it, a value that is not plain data) is its failure, unmarked.
     """
 
     test: str

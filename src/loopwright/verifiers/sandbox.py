@@ -269,8 +269,9 @@ class CommandVerifier:
                 "isolation": result.isolation,
                 "layers": dict(result.layers),
                 "self_reported": [i for i, t in enumerate(result.tests) if t.self_reported],
-                # tests judged_only refused (failed unrun): a failure resting on them alone is
-                # not the held-out checks' (``_verdict.not_judged_count``)
+                # tests judged_only refused for their form (failed unrun; never for what the
+                # candidate did): a failure resting on them alone is not the held-out
+                # checks' (``_verdict.not_judged_count``)
                 "not_judged": [i for i, t in enumerate(result.tests) if t.not_judged],
                 **(
                     {"warning": "candidate code ran without namespace isolation"}
