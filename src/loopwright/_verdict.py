@@ -302,18 +302,27 @@ def held_out_words(passed: bool | None, mark: int | None) -> HeldOutWords:
     )
 
 
-def self_reported_note(verdict: Mapping[str, Any]) -> str:
-    """What a person reading a passed verdict (stored form, ``Verdict.to_dict``) must know of
-    the tests behind it that the candidate's own process decided (the sandbox's
-    ``evidence.self_reported``, stop 54): ``"3 of 40 tests self-reported: the candidate could
-    have forged them"``, or ``""``. A failed verdict is a failure whoever decided its tests."""
-    if verdict.get("passed") is not True:
-        return ""
+def undecided_note(verdict: Mapping[str, Any]) -> str:
+    """What a person reading a verdict (stored form, ``Verdict.to_dict``) must know of the tests
+    behind it not decided outside the candidate's process: a pass's tests its own process
+    decided (the sandbox's ``evidence.self_reported``, stop 54), ``"3 of 40 tests
+    self-reported: the candidate could have forged them"``; a failure resting only on tests
+    ``judged_only`` refused for their form (``not_judged_count``, stop 56), ``"1 of 2 tests not
+    judged, refused by judged_only: nothing decided the failure"``; else ``""``. Any other
+    failure is a failure whoever decided its tests."""
     ev = verdict.get("evidence")
-    mine = ev.get("self_reported") if isinstance(ev, Mapping) else None
+    if not isinstance(ev, Mapping):
+        return ""
+    total = ev.get("total")
+    of = f" of {total}" if isinstance(total, int) and not isinstance(total, bool) else ""
+    if verdict.get("passed") is not True:
+        n = not_judged_count(ev)
+        if not n or verdict.get("passed") is not False:
+            return ""
+        tests = "test" if n == 1 and not of else "tests"
+        return f"{n}{of} {tests} not judged, refused by judged_only: nothing decided the failure"
+    mine = ev.get("self_reported")
     if not isinstance(mine, list) or not mine:
         return ""
-    total = ev.get("total") if isinstance(ev, Mapping) else None
-    of = f" of {total}" if isinstance(total, int) and not isinstance(total, bool) else ""
     tests = "test" if len(mine) == 1 and not of else "tests"
     return f"{len(mine)}{of} {tests} self-reported: the candidate could have forged them"

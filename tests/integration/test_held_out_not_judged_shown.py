@@ -76,6 +76,8 @@ def test_the_cli_says_a_failure_on_refused_tests_is_not_judged(
     [row] = [x.strip("│ ") for x in show.splitlines() if x.strip("│ ").startswith("held-out ")]
     assert "false success" not in row and row.split()[1] == "fail", row
     assert "1 test not judged: judged_only refused" in row, row
+    note = "1 of 2 tests not judged, refused by judged_only: nothing decided the failure"
+    assert f"({note})" in show.split("Timeline", 1)[1], show  # (the cycle's held-out cell)
     # `loopwright diff`
     out = printed(diff, monkeypatch, run_a=ids["refused"], run_b=ids["false"], store=url)
     [row] = [x for x in out.splitlines() if x.startswith("held-out")]
@@ -100,7 +102,9 @@ def test_the_dashboard_says_so(ids_url: tuple[dict[str, str], str]) -> None:
     page = c.get("/compare", params={"run": [ids["refused"], ids["false"]]}).text
     assert "<td>fail (not judged)</td><td>FAIL</td>" in page, page
     page = c.get(f"/runs/{ids['refused']}").text
-    assert '<span class="warn">fail</span> <span class="warn">(1 test not judged' in page, page
+    note = "1 of 2 tests not judged, refused by judged_only: nothing decided the failure"
+    assert f'<span class="warn">fail</span> <span class="warn">(hidden_tests: {note})' in page
+    assert page.count(f"({note})") == 1, page  # (the timeline's held-out cell)
     assert "a false success" not in page, page
     page = c.get(f"/runs/{ids['false']}").text
     assert '<span class="fail">FAIL</span> — a false success' in page, page

@@ -19,7 +19,7 @@ from .._edit_check import behind_text
 from .._lineage import Lineage, lineage_text
 from .._mid_cycle_records import asked_before_parked
 from .._money_text import usd, usd_digits
-from .._verdict import held_out_words, self_reported_note
+from .._verdict import held_out_words, undecided_note
 from ._table import STATUS_STYLE, interrupted, not_started, printable
 
 if TYPE_CHECKING:
@@ -272,8 +272,9 @@ def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iter
                 line = (
                     f"{'[green]✓[/]' if v['passed'] else '[red]✗[/]'} {escape(k)} {v['score']:.2f}"
                 )
-                # a held-out pass that rests on tests the candidate decided is not a judged one
-                note = self_reported_note(v) if held else ""
+                # a held-out pass that rests on tests the candidate decided is not a judged one,
+                # nor a failure resting only on tests judged_only refused
+                note = undecided_note(v) if held else ""
                 out.append(line + (f" [yellow]({escape(note)})[/]" if note else ""))
             return out
 
@@ -537,7 +538,7 @@ def run_detail_parts(
         notes = [
             f"{escape(str(k))}: {escape(n)}"
             for k, v in ((rec.packet or {}).get("held_out") or {}).items()
-            if isinstance(v, dict) and (n := self_reported_note(v))
+            if isinstance(v, dict) and (n := undecided_note(v))
         ] or ([escape(w.note)] if w.note else [])
         head.add_row("held-out", held + (f" [yellow]({'; '.join(notes)})[/]" if notes else ""))
     nxt = run_next_action(rec, state.next_action)  # (an ended run's: its packet's, settled)

@@ -112,8 +112,9 @@ def run_payload(store: Store, run_id: str) -> dict[str, Any]:
         and rec.status in TERMINAL_STATUSES
         else None,
         # the run's held-out verdict (its last judged candidate's) where tests behind a pass
-        # were decided by the candidate's own process
-        "held_self_reported": next(
+        # were decided by the candidate's own process, or a failure rests only on tests
+        # judged_only refused (``_verdict.undecided_note``)
+        "held_note": next(
             (
                 "; ".join(f"{v['name']}: {v['note']}" for v in r["held_out"] if v["note"])
                 for r in reversed(rows)

@@ -17,7 +17,7 @@ from .._mid_cycle_records import (
     parked_words,
     unapplied,
 )
-from .._verdict import self_reported_note
+from .._verdict import undecided_note
 from ..store import Approval, Checkpoint, RunRecord, Store
 from ._values import is_svg, picture_digest, short
 
@@ -32,8 +32,9 @@ def _verdicts(d: dict[str, Any] | None) -> list[dict[str, Any]]:
                 "name": name,
                 "passed": bool(v.get("passed")),
                 "score": v.get("score"),
-                # a pass resting on tests the candidate's own process decided (stop 54)
-                "note": self_reported_note(v),
+                # a pass resting on tests the candidate's own process decided (stop 54), a
+                # failure only on tests judged_only refused (stop 56)
+                "note": undecided_note(v),
                 "findings": [
                     {
                         "where": "/".join(
