@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support.run_rows import run_row
 
 from loopwright import Budget, Contract
 from loopwright._run_metrics import RunMetrics
@@ -30,34 +31,8 @@ MARKS = (None, 0, 1, 3)
 
 
 def _record(passed: bool | None, mark: int | None) -> RunRecord:
-    return RunRecord(
-        run_id="r1",
-        task_key="k1",
-        loop_name="demo",
-        project="p",
-        status="accepted",
-        stop_reason="success",
-        cycle=1,
-        best_score=1.0,
-        cost_usd=0.0,
-        tokens=0,
-        seconds=0.0,
-        spec_ref=None,
-        loop_version=None,
-        contract=Contract(budget=Budget(max_cycles=3)).to_dict(),
-        task={},
-        packet=None,
-        created_at=0.0,
-        updated_at=0.0,
-        ended_at=1.0,
-        cancel_requested=False,
-        lease_owner=None,
-        lease_expires_at=None,
-        fencing_token=1,
-        last_seq=0,
-        held_out_passed=passed,
-        held_out_self_reported=mark,
-    )
+    contract = Contract(budget=Budget(max_cycles=3)).to_dict()
+    return run_row(contract=contract, held_out_passed=passed, held_out_self_reported=mark)
 
 
 def _expected(passed: bool | None, mark: int | None) -> bool | None:

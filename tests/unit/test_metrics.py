@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.run_rows import run_row
 
 import loopwright as lw
 from loopwright._metrics import (
@@ -25,37 +26,6 @@ from loopwright.store import Approval, Checkpoint, Event, RunRecord
 
 
 # --- row builders --------------------------------------------------------------------------
-def run_row(**kw: Any) -> RunRecord:
-    base: dict[str, Any] = {
-        "run_id": "r1",
-        "task_key": "k1",
-        "loop_name": "L",
-        "project": "p",
-        "status": "accepted",
-        "stop_reason": "success",
-        "cycle": 1,
-        "best_score": 1.0,
-        "cost_usd": 1.0,
-        "tokens": 0,
-        "seconds": 0.0,
-        "spec_ref": None,
-        "loop_version": "v1",
-        "contract": {},
-        "task": {},
-        "packet": None,
-        "created_at": 1000.0,
-        "updated_at": 1000.0,
-        "ended_at": 1060.0,
-        "cancel_requested": False,
-        "lease_owner": None,
-        "lease_expires_at": None,
-        "fencing_token": 1,
-        "last_seq": 0,
-        "held_out_passed": None,
-    }
-    return RunRecord(**(base | kw))
-
-
 def cycle(
     n: int,
     visible: dict[str, bool] | None = None,
