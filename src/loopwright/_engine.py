@@ -427,6 +427,7 @@ class Runtime(
                 ck.task_state(), self.store, rec.run_id, ended=rec.status in TERMINAL_STATUSES
             ),
             held_out_passed=rec.held_out_passed,
+            held_out_self_reported=rec.held_out_self_reported,
         )
 
     def events(

@@ -11,6 +11,7 @@ from typing import Any
 from ._errors import StoreError
 from ._state import TaskState, Version, VersionLoader
 from ._usage import Usage
+from ._verdict import held_out_words, independent
 from .store import Store
 from .store._records import VERSION_COST
 
@@ -34,6 +35,16 @@ class RunResult:
     packet: dict[str, Any] | None = field(repr=False)
     state: TaskState = field(repr=False)
     held_out_passed: bool | None = None
+    # how many tests behind ``held_out_passed`` were not decided outside the candidate's
+    # process (the run's ``held_out_self_reported``; None: unknown): any, and the verdict is
+    # not an independent one (``held_out_independent``, stop 56)
+    held_out_self_reported: int | None = None
+
+    @property
+    def held_out_independent(self) -> bool | None:
+        """``held_out_passed`` as metrics count it (``_verdict.independent``): ``None`` for a
+        pass resting on self-reported tests or a failure resting only on refused ones."""
+        return independent(self.held_out_passed, self.held_out_self_reported)
 
     @property
     def accepted(self) -> bool:
@@ -49,6 +60,10 @@ class RunResult:
             "best_score": self.best_score,
             "spent": self.spent.to_dict(),
             "held_out_passed": self.held_out_passed,
+            "held_out_self_reported": self.held_out_self_reported,
+            "held_out_verdict": held_out_words(
+                self.held_out_passed, self.held_out_self_reported
+            ).kind,
             "packet": self.packet,
         }
 

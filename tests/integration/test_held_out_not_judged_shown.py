@@ -44,6 +44,8 @@ def _runs(url: str) -> dict[str, str]:
             loop = held_out_loop(actor, visible, judged_only=True)
             r = rt.run_sync(loop, task, task_key=key)
             assert r.status == "accepted", r.packet
+            # (the Python API's result says it too: it read held_out_passed alone)
+            assert r.held_out_independent is (None if key == "refused" else False)
             out[key] = r.run_id
         got = {k: rt.store.get_run(v) for k, v in out.items()}
     assert (got["refused"].held_out_passed, got["refused"].held_out_self_reported) == (False, 1)

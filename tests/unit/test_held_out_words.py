@@ -18,8 +18,11 @@ import pytest
 from support.run_rows import run_row
 
 from loopwright import Budget, Contract
+from loopwright._result import RunResult
 from loopwright._run_metrics import RunMetrics
+from loopwright._state import TaskState
 from loopwright._stored_run_words import run_stop_cause
+from loopwright._usage import Usage
 from loopwright._verdict import held_out_words, independent
 from loopwright.cli._diff_cmd import _held
 from loopwright.cli._table import _held_cell
@@ -55,6 +58,11 @@ def test_every_place_reads_the_held_out_verdict_alike(
     assert RunMetrics.held_out_independent.fget(metrics_row) is want  # type: ignore[attr-defined]
     assert words.independent is want
     assert rec.to_dict()["held_out_verdict"] == words.kind
+    result = RunResult(
+        "r1", "k1", "accepted", "success", 1, 1.0, Usage(), None, TaskState(), passed, mark
+    )
+    assert result.held_out_independent is want
+    assert result.to_dict()["held_out_verdict"] == words.kind
     # the words follow the rule: a plain pass/FAIL only for an independent verdict
     cell = {True: "pass", False: "FAIL"}.get(want) if passed is not None else "-"
     if passed is not None and want is None:

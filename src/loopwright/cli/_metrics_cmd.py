@@ -182,6 +182,11 @@ def _table(m: Metrics, *, width: int) -> object:
         )
         if n
     ]
+    if not which and m.held_out_self_reported:  # (a Metrics without its rows)
+        which = [
+            f"{m.held_out_self_reported} held-out verdict(s) resting on tests not decided "
+            "outside the candidate's process"
+        ]
     left_out = (
         " and ".join(which) + " left out of false_success_rate and verified_completion_rate"
         if which
