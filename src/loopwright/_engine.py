@@ -293,7 +293,7 @@ class Runtime(
         continues only once its approval request is decided). ``token``: the fencing token of
         a lease this runtime's owner already holds (``Store.claim_runs``)."""
         try:
-            running = self._running.start(run_id)  # (what ``close`` waits for: _lifecycle)
+            running = self._running.start_run(run_id)  # (what ``close`` waits for: _lifecycle)
         except ConflictError:
             if token is not None:  # (a worker's claim, handed back)
                 await written(self.store, self.store.release_lease, run_id, token)

@@ -85,7 +85,7 @@ async def _placed(
         rid = None  # driven here: the operation finds it so, as the synchronous form does
     # From here to the thread's start nothing is awaited: ``close`` (on this event loop, or
     # in another thread) finds it started, and waits for it, or refuses it.
-    ops.start(name)
+    ops.start_op(name)
     if rid is not None:
         rt._count_driven(rid)
         ops.runs[rid] = name
@@ -96,10 +96,10 @@ async def _placed(
         # a row lock, ``_waiting``: nothing to try again.)
         try:
             call = asyncio.get_running_loop().run_in_executor(
-                store_threads(), functools.partial(_waiting, rt, rid, op)
+                store_threads(), functools.partial(_waiting, rt, rid, op, name)
             )
         except BaseException:
-            ops.end()  # (never handed to a thread: ``_waiting`` will not end it)
+            ops.end(name)  # (never handed to a thread: ``_waiting`` will not end it)
             raise
         return await uncancelled(call)
     finally:
@@ -108,7 +108,7 @@ async def _placed(
             rt._undrive(rid)
 
 
-def _waiting(rt: RuntimeHost, rid: str | None, op: Callable[[], _T]) -> _T:
+def _waiting(rt: RuntimeHost, rid: str | None, op: Callable[[], _T], name: str) -> _T:
     """``op()`` here (a store thread), its writes waiting for a row lock as long as the
     synchronous form's do, ``rid`` its runtime's to take the lease of; counted in flight
     (``close`` waits for it) until it has ended."""
@@ -119,7 +119,7 @@ def _waiting(rt: RuntimeHost, rid: str | None, op: Callable[[], _T]) -> _T:
     finally:
         RESERVED.run = None
         BRIEF_LOCK_WAITS.on = True
-        rt._person_ops.end()
+        rt._person_ops.end(name)
 
 
 def _awaited(

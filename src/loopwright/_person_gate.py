@@ -19,13 +19,13 @@ started yet (waiting for a thread), which have done nothing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import weakref
 from collections import deque
 from typing import TYPE_CHECKING
 
 from ._errors import StoreError
+from ._in_flight import InFlight
 from ._store_threads import STORE_THREADS
 
 if TYPE_CHECKING:
@@ -105,61 +105,33 @@ def gates(store: Store) -> tuple[Gate, ...]:
     return (_THREADS_GATE, gate)
 
 
-class PersonOps:
-    """A runtime's person's operations in flight: those in a store thread (``working``; what
-    ``close`` waits for), and the runs they hold counted as driven, each with the name of the
-    operation (``runs``: a resume refused meanwhile says so)."""
+class PersonOps(InFlight[str]):
+    """A runtime's person's operations in flight, each under its name: those in a store thread
+    (``working``; what ``close`` waits for), and the runs they hold counted as driven, each
+    with the name of the operation (``runs``: a resume refused meanwhile says so)."""
 
     def __init__(self, owner: str) -> None:
+        super().__init__()
         self.owner = owner
         self.runs: dict[str, str] = {}
-        self.working = 0
-        self.closing = False
-        self._ended = threading.Condition()
-        self._awaiting: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
-    def start(self, name: str) -> None:
+    @property
+    def working(self) -> int:
+        return sum(self.held.values())
+
+    def start_op(self, name: str) -> None:
         """One more operation in a store thread, unless ``close`` was called: then refused,
         nothing of it done."""
-        with self._ended:
-            if self.closing:
-                raise StoreError(
-                    f"{name} was not started: this runtime ({self.owner}) was closed while it "
-                    "waited for a store thread; nothing of it was done"
-                )
-            self.working += 1
+        self.start(name, lambda: self._refused(name))
 
-    def end(self) -> None:
-        """(in the store thread, as the operation ends)"""
-        with self._ended:
-            self.working -= 1
-            if self.working:
-                return
-            self._ended.notify_all()
-            awaiting, self._awaiting = self._awaiting, []
-        for loop, done in awaiting:
-            with contextlib.suppress(RuntimeError):  # (its event loop closed)
-                loop.call_soon_threadsafe(_set, done)
-
-    def close(self) -> None:
-        """No operation started from now on; those in a store thread waited for."""
-        with self._ended:
-            self.closing = True
-            while self.working:
-                self._ended.wait()
+    def _refused(self, name: str) -> StoreError:
+        return StoreError(
+            f"{name} was not started: this runtime ({self.owner}) was closed while it "
+            "waited for a store thread; nothing of it was done"
+        )
 
     async def aclose(self) -> None:
         """``close``, its wait made on the event loop (which the operations do not need)."""
-        loop = asyncio.get_running_loop()
-        with self._ended:
-            self.closing = True
-            if not self.working:
-                return
-            done: asyncio.Future[None] = loop.create_future()
-            self._awaiting.append((loop, done))
-        await asyncio.shield(done)
-
-
-def _set(done: asyncio.Future[None]) -> None:
-    if not done.done():
-        done.set_result(None)
+        done = self.awaiting()
+        if done is not None:
+            await asyncio.shield(done)
