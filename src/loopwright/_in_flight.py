@@ -88,6 +88,23 @@ class InFlight(Generic[_K]):
             self._awaiting.append((loop, done))
         return done
 
+    async def aclose(self, then: Callable[[], None] | None = None) -> None:
+        """``close``, its wait made on the running event loop, which goes on meanwhile. A
+        cancellation that comes meanwhile is raised once all have ended, whoever sent it: a
+        helper task awaited instead, cancelled with every task by ``asyncio.run``'s teardown,
+        stopped the wait at once, and the store was closed under the runs winding down."""
+        done = self.awaiting(then)
+        if done is None:
+            return
+        cancelled = False
+        while not done.done():
+            try:
+                await asyncio.shield(done)
+            except asyncio.CancelledError:
+                cancelled = True  # (waited for all the same, then raised)
+        if cancelled:
+            raise asyncio.CancelledError
+
 
 def _set(done: asyncio.Future[None]) -> None:
     if not done.done():

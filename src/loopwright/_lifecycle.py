@@ -13,7 +13,10 @@ It then waits for a person's operations awaited off the event loop that are unde
 store thread (``_person_async``), and refuses those not started yet: the store closed under
 one cut it off half-written (a cancel without its audit record, an edit without its event;
 async55b). From ``async with`` both waits are made on the event loop, which those operations
-do not need, so that the loop's other work goes on meanwhile.
+do not need, so that the loop's other work goes on meanwhile; cancelled, each goes on to its
+end, then the store is closed and the cancellation raised (inflight56: cancelled with every
+task by ``asyncio.run``'s teardown, it closed the store under the runs winding down, their
+leases left held).
 
 ``drain`` refuses nothing: a person's operation (``cancel_async`` ...) started after it is
 carried out, as a resume is, which drains at its first boundary; a drained runtime is still
@@ -31,7 +34,6 @@ from ._errors import ConflictError
 from ._host import RuntimeHost
 from ._in_flight import InFlight
 from ._live_owners import release_owner
-from ._store_threads import uncancelled
 
 __all__ = ["Lifecycle", "Running"]
 
@@ -81,16 +83,6 @@ class Running(InFlight[tuple[str, asyncio.AbstractEventLoop]]):
 
         self.close(check, drain)
 
-    async def aclose_runs(self, drain: Callable[[], None]) -> None:
-        """``close_runs``, its wait made on the event loop (which the runs need)."""
-        done = self.awaiting(drain)
-        if done is not None:
-            await uncancelled(_waited(done))
-
-
-async def _waited(done: asyncio.Future[None]) -> None:
-    await done
-
 
 class Lifecycle(RuntimeHost):
     """``drain``, ``close`` and the ends of ``with`` and ``async with`` (mixed into
@@ -134,11 +126,12 @@ class Lifecycle(RuntimeHost):
         self.close()
 
     async def __aexit__(self, *exc: object) -> None:
+        # Each wait, cancelled, goes on to its end and then raises the cancellation (``InFlight``):
+        # the store is closed once nothing of this runtime's is in flight.
         try:
-            await self._running.aclose_runs(self.drain)
-            await self._person_ops.aclose()
-        except asyncio.CancelledError:
-            self._person_ops.close()  # (waited for here: the runs were, by ``uncancelled``)
-            self._closed()
-            raise
-        self._closed()
+            await self._running.aclose(self.drain)
+        finally:
+            try:
+                await self._person_ops.aclose()
+            finally:
+                self._closed()

@@ -129,9 +129,3 @@ class PersonOps(InFlight[str]):
             f"{name} was not started: this runtime ({self.owner}) was closed while it "
             "waited for a store thread; nothing of it was done"
         )
-
-    async def aclose(self) -> None:
-        """``close``, its wait made on the event loop (which the operations do not need)."""
-        done = self.awaiting()
-        if done is not None:
-            await asyncio.shield(done)
