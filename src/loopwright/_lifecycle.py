@@ -9,10 +9,11 @@ what it started. A resume that starts once ``close`` has begun is refused (``Con
 its lease handed back). Called on the event loop that runs some of them, ``close`` cannot wait
 (they need that loop): refused, naming them, nothing done; ``async with`` waits on the loop.
 
-It then waits for a person's operations awaited off the event loop that are under way in a
-store thread (``_person_async``), and refuses those not started yet: the store closed under
-one cut it off half-written (a cancel without its audit record, an edit without its event;
-async55b). From ``async with`` both waits are made on the event loop, which those operations
+It then waits for a person's operations under way, awaited off the event loop in a store
+thread (``_person_async``) or synchronous in another thread (``_person_turn``), and refuses
+those not started yet and those called after: the store closed under one cut it off
+half-written (a cancel without its audit record, an edit without its event; async55b,
+inflight56). From ``async with`` both waits are made on the event loop, which those operations
 do not need, so that the loop's other work goes on meanwhile; cancelled, each goes on to its
 end, then the store is closed and the cancellation raised (inflight56: cancelled with every
 task by ``asyncio.run``'s teardown, it closed the store under the runs winding down, their
@@ -108,11 +109,12 @@ class Lifecycle(RuntimeHost):
     def close(self) -> None:
         """Drains the runs this runtime executes and waits for them to wind down (their cycle
         in flight committed, their leases handed back), then for a person's operations under
-        way in a store thread (``cancel_async`` ...); those not started yet are refused
-        (``StoreError``), nothing of them done; then frees the owner name and closes the store
-        this runtime opened. Called on an event loop that executes some of the runs it cannot
-        wait for them: ``ConflictError`` naming them, nothing done (``async with`` waits there).
-        It blocks an event loop it is called on while a person's operation ends."""
+        way (``cancel`` in another thread, ``cancel_async`` ...); those not started yet, and
+        those called after, are refused (``StoreError``), nothing of them done; then frees the
+        owner name and closes the store this runtime opened. Called on an event loop that
+        executes some of the runs it cannot wait for them: ``ConflictError`` naming them,
+        nothing done (``async with`` waits there). It blocks an event loop it is called on
+        while a person's operation ends."""
         self._running.close_runs(self.drain)
         self._person_ops.close()
         self._closed()

@@ -11,9 +11,10 @@ with them. At most ``PERSON_THREADS`` (half the store threads) hold a thread at 
 most half a store's connections (``Store.connections``) one of its connections; the others
 wait on their event loop, holding neither, in the order they came.
 
-``PersonOps``: a runtime's operations in flight. ``close`` waits for those in a store thread
-to end, whole (the store closed under one cut it off half-written), and refuses those not
-started yet (waiting for a thread), which have done nothing.
+``PersonOps``: a runtime's operations in flight, synchronous and awaited (``_person_turn``).
+``close`` waits for those under way to end, whole (the store closed under one cut it off
+half-written), and refuses those not started yet (waiting for a thread or their turn, or
+called after), which have done nothing.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ import asyncio
 import threading
 import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._errors import StoreError
 from ._in_flight import InFlight
-from ._store_threads import STORE_THREADS
+from ._store_threads import STORE_THREADS, loop_running
 
 if TYPE_CHECKING:
     from .store import Store
@@ -40,13 +42,31 @@ PERSON_THREADS = STORE_THREADS // 2
 
 class Gate:
     """At most ``most`` holders at once, across threads and event loops; one that waits for a
-    place waits on its event loop (no thread held), in the order it came."""
+    place waits on its event loop (no thread held: ``enter``) or in its thread
+    (``enter_here``), in the order it came."""
 
     def __init__(self, most: int) -> None:
         self.most = max(1, most)
         self.held = 0
         self._lock = threading.Lock()
-        self._waiting: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
+        self._waiting: deque[
+            tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | threading.Event
+        ] = deque()
+
+    def enter_here(self, busy: Callable[[], BaseException]) -> None:
+        """``enter``, waited for in this thread; on a thread that runs an event loop a place
+        not free at once is refused (``busy()``): one that waits there behind an awaited
+        holder, or a waiter given the place before its task ran, waited for ever."""
+        on_loop = loop_running()
+        with self._lock:
+            if self.held < self.most and not self._waiting:
+                self.held += 1
+                return
+            if on_loop:
+                raise busy()
+            place = threading.Event()
+            self._waiting.append(place)
+        place.wait()  # (given: held for it by ``leave``)
 
     async def enter(self) -> None:
         loop = asyncio.get_running_loop()
@@ -74,7 +94,11 @@ class Gate:
                 if not self._waiting:
                     self.held -= 1
                     return
-                loop, place = self._waiting.popleft()
+                first = self._waiting.popleft()
+            if isinstance(first, threading.Event):
+                first.set()
+                return
+            loop, place = first
             try:
                 loop.call_soon_threadsafe(self._give, place)
                 return
@@ -106,26 +130,38 @@ def gates(store: Store) -> tuple[Gate, ...]:
 
 
 class PersonOps(InFlight[str]):
-    """A runtime's person's operations in flight, each under its name: those in a store thread
-    (``working``; what ``close`` waits for), and the runs they hold counted as driven, each
-    with the name of the operation (``runs``: a resume refused meanwhile says so)."""
+    """A runtime's person's operations in flight, each under its name, synchronous and awaited
+    (``working``; what ``close`` waits for); the runs they hold counted as driven, each with
+    the name of the operation (``runs``: a resume refused meanwhile says so); and each run's
+    turns (``turn``: one operation on a run at a time, ``_person_turn``)."""
 
     def __init__(self, owner: str) -> None:
         super().__init__()
         self.owner = owner
         self.runs: dict[str, str] = {}
+        self._turns: weakref.WeakValueDictionary[str, Gate] = weakref.WeakValueDictionary()
+        self._turns_lock = threading.Lock()
+
+    def turn(self, run_id: str) -> Gate:
+        """The run's turns: one operation on it at a time, the others waiting in the order
+        they came (kept while a holder or a waiter holds it)."""
+        with self._turns_lock:
+            gate = self._turns.get(run_id)
+            if gate is None:
+                gate = self._turns[run_id] = Gate(1)
+            return gate
 
     @property
     def working(self) -> int:
         return sum(self.held.values())
 
     def start_op(self, name: str) -> None:
-        """One more operation in a store thread, unless ``close`` was called: then refused,
-        nothing of it done."""
+        """One more operation under way (``_person_turn``), unless ``close`` was called: then
+        refused, nothing of it done."""
         self.start(name, lambda: self._refused(name))
 
     def _refused(self, name: str) -> StoreError:
         return StoreError(
-            f"{name} was not started: this runtime ({self.owner}) was closed while it "
-            "waited for a store thread; nothing of it was done"
+            f"{name} was not started: this runtime ({self.owner}) is closed (its close() "
+            "has begun); nothing of it was done"
         )
