@@ -39,9 +39,10 @@ _H = TypeVar("_H", bound=RuntimeHost)
 
 
 class _InOperation(threading.local):
-    """This thread is in a person's operation (``within``): one it calls is part of it."""
+    """The runtime (its ``id``) whose person's operation this thread is in (``within``): one
+    of that runtime's it calls is part of it."""
 
-    on = False
+    rt: int | None = None
 
 
 IN_OPERATION = _InOperation()
@@ -77,13 +78,13 @@ def within(
 ) -> _T:
     """``op()`` here, the operation ``begin`` counted: the lease of the run it counted as
     driven its to take (``RESERVED``); then all it held let go (``let_go``)."""
-    IN_OPERATION.on = True
+    outer = IN_OPERATION.rt, RESERVED.run  # (another runtime's operation calling this one)
+    IN_OPERATION.rt = id(rt)
     RESERVED.run = None if driven is None else (id(rt), driven)
     try:
         return op()
     finally:
-        RESERVED.run = None
-        IN_OPERATION.on = False
+        IN_OPERATION.rt, RESERVED.run = outer
         let_go(rt, driven, name, turn)
 
 
@@ -112,7 +113,7 @@ def person_op(
 
         @functools.wraps(op)
         def run(self: _H, /, *args: _P.args, **kw: _P.kwargs) -> _T:
-            if IN_OPERATION.on:
+            if IN_OPERATION.rt == id(self):
                 return op(self, *args, **kw)
             rid = run_of(self, args[0] if args else kw.get("run_id"))
             turn = None if rid is None else self._person_ops.turn(rid)
