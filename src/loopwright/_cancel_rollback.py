@@ -20,6 +20,7 @@ from ._exec import held_execution
 from ._host import RuntimeHost
 from ._loop import Loop, check_loop
 from ._person_edits import edits_dropped, said_dropped
+from ._person_turn import person_op
 from ._redact_logs import masked_logger
 from ._state import TaskState
 from .store import Checkpoint, ClosedApproval, NewEvent, RunRecord, Store
@@ -30,6 +31,7 @@ __all__ = ["CancelRollback", "retire_failures", "rollback_dropped"]
 class CancelRollback(RuntimeHost):
     """Cancellation and rollback (mixed into ``Runtime``)."""
 
+    @person_op(leased=True)
     def cancel(
         self,
         run_id: str,
@@ -159,6 +161,7 @@ class CancelRollback(RuntimeHost):
                 action,
             )
 
+    @person_op(leased=True)
     def rollback(
         self,
         run_id: str,

@@ -72,7 +72,7 @@ from ._run_many import ManyRuns
 from ._saying import Saying
 from ._settle import Settling
 from ._store_folder import missing_schema_error, missing_store_folder
-from ._store_threads import uncancelled, written
+from ._store_threads import loop_running, uncancelled, written
 from ._task_parts import say_ignored
 from ._usage import Usage
 from .store import DEFAULT_STORE, NewEvent, Store, open_store, resolve_store_url
@@ -293,7 +293,7 @@ class Runtime(
         continues only once its approval request is decided). ``token``: the fencing token of
         a lease this runtime's owner already holds (``Store.claim_runs``)."""
         try:
-            running = self._running.start(run_id)  # (what ``close`` waits for: _lifecycle)
+            running = self._running.start_run(run_id)  # (what ``close`` waits for: _lifecycle)
         except ConflictError:
             if token is not None:  # (a worker's claim, handed back)
                 await written(self.store, self.store.release_lease, run_id, token)
@@ -473,7 +473,7 @@ class Runtime(
         waits would stop that loop, and a run driven on it, too."""
         from .trace._follow import follow_events_sync
 
-        if follow is True and _loop_running():
+        if follow is True and loop_running():
             raise RuntimeError(
                 "events_sync() was called inside a running event loop (a notebook, an async "
                 "function), where its waits would stop the loop; iterate the async one: "
@@ -516,16 +516,8 @@ def _refuse_missing_folder(store: str | None) -> None:
     )
 
 
-def _loop_running() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
 def _sync(coro: Coroutine[Any, Any, _T]) -> _T:
-    if _loop_running():
+    if loop_running():
         # named (``run_sync`` in a notebook cell: "a *_sync method" left the user to guess
         # which, and what to write instead)
         name = getattr(coro, "__name__", "run")

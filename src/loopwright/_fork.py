@@ -39,6 +39,7 @@ from ._json import check_given_text, check_value
 from ._keys import check_declared_name, check_key, check_unpadded, fit_key
 from ._loop import Loop, check_loop, declared_names, other_loop
 from ._people import printable_note
+from ._person_turn import person_op
 from ._proposal import Proposal
 from ._redact import redact, redact_registered
 from ._same_value import same_value
@@ -54,6 +55,7 @@ __all__ = ["Forking", "what_changed"]
 class Forking(RuntimeHost):
     """``fork`` and ``edit`` (mixed into ``Runtime``)."""
 
+    @person_op(leased=False)
     def fork(
         self,
         run_id: str,
@@ -254,6 +256,7 @@ class Forking(RuntimeHost):
             got = [e for e in self.store.journal_where(**done) if e.cycle <= at_cycle]
         return got
 
+    @person_op(leased=True)
     def edit(
         self,
         run_id: str,

@@ -9,11 +9,15 @@ what it started. A resume that starts once ``close`` has begun is refused (``Con
 its lease handed back). Called on the event loop that runs some of them, ``close`` cannot wait
 (they need that loop): refused, naming them, nothing done; ``async with`` waits on the loop.
 
-It then waits for a person's operations awaited off the event loop that are under way in a
-store thread (``_person_async``), and refuses those not started yet: the store closed under
-one cut it off half-written (a cancel without its audit record, an edit without its event;
-async55b). From ``async with`` both waits are made on the event loop, which those operations
-do not need, so that the loop's other work goes on meanwhile.
+It then waits for a person's operations under way, awaited off the event loop in a store
+thread (``_person_async``) or synchronous in another thread (``_person_turn``), and refuses
+those not started yet and those called after: the store closed under one cut it off
+half-written (a cancel without its audit record, an edit without its event; async55b,
+inflight56). From ``async with`` both waits are made on the event loop, which those operations
+do not need, so that the loop's other work goes on meanwhile; cancelled, each goes on to its
+end, then the store is closed and the cancellation raised (inflight56: cancelled with every
+task by ``asyncio.run``'s teardown, it closed the store under the runs winding down, their
+leases left held).
 
 ``drain`` refuses nothing: a person's operation (``cancel_async`` ...) started after it is
 carried out, as a resume is, which drains at its first boundary; a drained runtime is still
@@ -24,65 +28,52 @@ one to operate on (a worker stopped, its runtime's person answering an approval)
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
 from collections import Counter
 from collections.abc import Callable
 
 from ._errors import ConflictError
 from ._host import RuntimeHost
+from ._in_flight import InFlight
 from ._live_owners import release_owner
-from ._store_threads import uncancelled
 
 __all__ = ["Lifecycle", "Running"]
 
 
-class Running:
+class Running(InFlight[tuple[str, asyncio.AbstractEventLoop]]):
     """The runs a runtime executes now, each with the event loops driving it; what ``close``
     waits for."""
 
     def __init__(self, owner: str) -> None:
+        super().__init__()
         self.owner = owner
-        self.closing = False
-        self.runs: Counter[tuple[str, asyncio.AbstractEventLoop]] = Counter()
-        self._ended = threading.Condition()
-        self._awaiting: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
-    def start(self, run_id: str) -> tuple[str, asyncio.AbstractEventLoop]:
+    @property
+    def runs(self) -> Counter[tuple[str, asyncio.AbstractEventLoop]]:
+        return self.held
+
+    def start_run(self, run_id: str) -> tuple[str, asyncio.AbstractEventLoop]:
         """``run_id`` executed here on the running event loop from now (until ``end``);
         refused once ``close`` has begun."""
         key = (run_id, asyncio.get_running_loop())
-        with self._ended:
-            if self.closing:
-                raise ConflictError(
-                    f"resume of run {run_id} was not started: this runtime ({self.owner}) is "
-                    "closing; resume it with another runtime"
-                )
-            self.runs[key] += 1
+        self.start(key, lambda: self._refused(run_id))
         return key
 
-    def end(self, key: tuple[str, asyncio.AbstractEventLoop]) -> None:
-        with self._ended:
-            self.runs[key] -= 1
-            if self.runs[key] <= 0:
-                del self.runs[key]
-            if self.runs:
-                return
-            self._ended.notify_all()
-            awaiting, self._awaiting = self._awaiting, []
-        for loop, done in awaiting:
-            with contextlib.suppress(RuntimeError):  # (its event loop closed)
-                loop.call_soon_threadsafe(_set, done)
+    def _refused(self, run_id: str) -> ConflictError:
+        return ConflictError(
+            f"resume of run {run_id} was not started: this runtime ({self.owner}) is "
+            "closing; resume it with another runtime"
+        )
 
-    def close(self, drain: Callable[[], None]) -> None:
+    def close_runs(self, drain: Callable[[], None]) -> None:
         """No run started from now on; those running drained (``drain()``) and waited for,
         unless some run on the caller's own event loop: then ``ConflictError``, nothing done."""
         try:
             here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             here = None
-        with self._ended:
-            mine = sorted({rid for rid, loop in self.runs if loop is here})
+
+        def check(runs: Counter[tuple[str, asyncio.AbstractEventLoop]]) -> None:
+            mine = sorted({rid for rid, loop in runs if loop is here})
             if mine:
                 raise ConflictError(
                     f"close() was called on the event loop that executes run(s) "
@@ -90,32 +81,8 @@ class Running:
                     "there; await them first (drain() stops them at their next cycle "
                     "boundary), or end the runtime with `async with`"
                 )
-            self.closing = True
-            if self.runs:
-                drain()
-            while self.runs:
-                self._ended.wait()
 
-    async def aclose(self, drain: Callable[[], None]) -> None:
-        """``close``, its wait made on the event loop (which the runs need)."""
-        loop = asyncio.get_running_loop()
-        with self._ended:
-            self.closing = True
-            if not self.runs:
-                return
-            drain()
-            done: asyncio.Future[None] = loop.create_future()
-            self._awaiting.append((loop, done))
-        await uncancelled(_waited(done))
-
-
-async def _waited(done: asyncio.Future[None]) -> None:
-    await done
-
-
-def _set(done: asyncio.Future[None]) -> None:
-    if not done.done():
-        done.set_result(None)
+        self.close(check, drain)
 
 
 class Lifecycle(RuntimeHost):
@@ -142,12 +109,13 @@ class Lifecycle(RuntimeHost):
     def close(self) -> None:
         """Drains the runs this runtime executes and waits for them to wind down (their cycle
         in flight committed, their leases handed back), then for a person's operations under
-        way in a store thread (``cancel_async`` ...); those not started yet are refused
-        (``StoreError``), nothing of them done; then frees the owner name and closes the store
-        this runtime opened. Called on an event loop that executes some of the runs it cannot
-        wait for them: ``ConflictError`` naming them, nothing done (``async with`` waits there).
-        It blocks an event loop it is called on while a person's operation ends."""
-        self._running.close(self.drain)
+        way (``cancel`` in another thread, ``cancel_async`` ...); those not started yet, and
+        those called after, are refused (``StoreError``), nothing of them done; then frees the
+        owner name and closes the store this runtime opened. Called on an event loop that
+        executes some of the runs it cannot wait for them: ``ConflictError`` naming them,
+        nothing done (``async with`` waits there). It blocks an event loop it is called on
+        while a person's operation ends."""
+        self._running.close_runs(self.drain)
         self._person_ops.close()
         self._closed()
 
@@ -160,11 +128,12 @@ class Lifecycle(RuntimeHost):
         self.close()
 
     async def __aexit__(self, *exc: object) -> None:
+        # Each wait, cancelled, goes on to its end and then raises the cancellation (``InFlight``):
+        # the store is closed once nothing of this runtime's is in flight.
         try:
             await self._running.aclose(self.drain)
-            await self._person_ops.aclose()
-        except asyncio.CancelledError:
-            self._person_ops.close()  # (waited for here: the runs were, by ``uncancelled``)
-            self._closed()
-            raise
-        self._closed()
+        finally:
+            try:
+                await self._person_ops.aclose()
+            finally:
+                self._closed()

@@ -25,6 +25,7 @@ from ._exec import held_execution
 from ._host import RuntimeHost
 from ._json import check_given_text
 from ._people import printable_note
+from ._person_turn import person_op
 from ._redact import redact_text
 from .store import Approval, NewApproval, NewEvent
 from .store._records import PAUSE
@@ -53,6 +54,7 @@ def _checked_note(
 class Pausing(RuntimeHost):
     """A person's pause and its lifting (mixed into ``Runtime``)."""
 
+    @person_op(leased=True)
     def pause(
         self, run_id: str, *, by: str, note: str | None = None, origin: str = "python"
     ) -> Approval:
@@ -119,6 +121,7 @@ class Pausing(RuntimeHost):
                     self._park_paused(ex, rec.status, filed)
         return filed
 
+    @person_op(leased=False)
     def unpause(
         self, run_id: str, *, by: str, note: str | None = None, origin: str = "python"
     ) -> Approval:

@@ -25,6 +25,7 @@ from ._errors import ApprovalError, ConfigError, ConflictError, already_decided
 from ._host import RuntimeHost
 from ._json import check_given_text, check_text
 from ._keys import unprintable
+from ._person_turn import person_op
 from ._question import Question
 from ._redact import redact, redact_text
 from .store import Approval, Vote
@@ -78,6 +79,7 @@ class Decisions(RuntimeHost):
             )
         return pending[0]
 
+    @person_op(leased=False)
     def approve(
         self,
         run_id: str,
@@ -98,6 +100,7 @@ class Decisions(RuntimeHost):
             run_id, "approved", by=by, note=note, approval_id=approval_id, origin=origin
         )
 
+    @person_op(leased=False)
     def deny(
         self,
         run_id: str,
@@ -113,6 +116,7 @@ class Decisions(RuntimeHost):
             run_id, "denied", by=by, note=note, approval_id=approval_id, origin=origin
         )
 
+    @person_op(leased=False)
     def answer(
         self,
         run_id: str,

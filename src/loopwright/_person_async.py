@@ -11,8 +11,10 @@ event loop; in a store thread it holds only its caller. It waits there for the l
 synchronous form does (``BRIEF_LOCK_WAITS`` off for it: a person's operation of several
 writes is not tried again whole after some of them were made).
 
-The run operated on is counted as driven by this runtime (``_driving``) from before the
-thread starts until the operation has ended, unless the runtime drives it already (then the
+It takes its turn on the run first (``_person_turn``: one operation of this runtime's on a
+run at a time, synchronous or awaited), waited for on the event loop. The run operated on is
+counted as driven by this runtime (``_driving``) from before the thread starts until the
+operation has ended (let go in its thread), unless the runtime drives it already (then the
 operation finds it so, as the synchronous form does): a ``resume`` of this runtime made
 meanwhile is refused (``ConflictError``), as it is while the operation holds the run's lease
 for another executor; otherwise it took the lease between the operation's check and its take
@@ -29,13 +31,13 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ._cancel_rollback import CancelRollback
-from ._errors import LoopwrightError
 from ._fork import Forking
-from ._host import RESERVED, RuntimeHost
+from ._host import RuntimeHost
 from ._pause import Pausing
 from ._people import Decisions
 from ._person_gate import Gate
 from ._person_gate import gates as person_gates
+from ._person_turn import begin, let_go, run_of, within
 from ._settle import Settling
 from ._store_threads import in_store_thread, store_threads, uncancelled
 from .store._protocol_commit import BRIEF_LOCK_WAITS
@@ -56,70 +58,56 @@ async def off_the_loop(
     name: str = "the operation",
 ) -> _T:
     """``op()`` (a person's operation ``name`` on ``run_id``, as given: an id or its prefix)
-    in a store thread, awaited, once a place is free for it (``_person_gate``); the run
+    in a store thread, awaited, once its turn on the run has come (``_person_turn``) and a
+    place is free for it (``_person_gate``), both waited for on the event loop; the run
     counted as driven meanwhile when the operation takes its lease (``leased``; the module's
     words). Started, it is waited for by the runtime's ``close``; refused by it before."""
-    gates = person_gates(rt.store)
+    rid = None
+    if isinstance(run_id, str) and not rt._person_ops.closing:
+        rid = await in_store_thread(run_of, rt, run_id)
+    turn = None if rid is None else rt._person_ops.turn(rid)
     entered: list[Gate] = []
     try:
-        for gate in gates:
+        if turn is not None:  # (first: a place is not held while the turn is waited for)
+            await turn.enter()
+            entered.append(turn)
+        for gate in person_gates(rt.store):
             await gate.enter()
             entered.append(gate)
-        return await _placed(rt, run_id, op, leased=leased, name=name)
+        # From here to the thread's start nothing is awaited: ``close`` (on this event loop,
+        # or in another thread) finds it started, and waits for it, or refuses it.
+        driven = begin(rt, rid, name, leased=leased)
+        if turn is not None:
+            entered.remove(turn)  # (the operation's now: let go as it ends, ``let_go``)
+        try:
+            # The thread's call awaited as it is, in no task of its own: every task cancelled
+            # at once (``asyncio.run``'s teardown), a task awaiting it ended at once, the run
+            # let go while the operation still held its lease (review55b); so all it holds is
+            # let go in the thread as it ends. (No write of it is refused on a row lock,
+            # ``_waiting``: nothing to try again.)
+            call = asyncio.get_running_loop().run_in_executor(
+                store_threads(), functools.partial(_waiting, rt, driven, name, turn, op)
+            )
+        except BaseException:
+            let_go(rt, driven, name, turn)  # (never handed to a thread)
+            raise
+        return await uncancelled(call)
     finally:
         for gate in reversed(entered):
             gate.leave()
 
 
-async def _placed(
-    rt: RuntimeHost, run_id: object, op: Callable[[], _T], *, leased: bool, name: str
+def _waiting(
+    rt: RuntimeHost, driven: str | None, name: str, turn: Gate | None, op: Callable[[], _T]
 ) -> _T:
-    ops = rt._person_ops
-    rid: str | None = None
-    if leased and isinstance(run_id, str) and not ops.closing:
-        try:
-            rid = (await in_store_thread(rt.store.get_run, run_id)).run_id
-        except LoopwrightError:
-            rid = None  # (the operation says why, in its own order of checks)
-    if rid is not None and rid in rt._driving:
-        rid = None  # driven here: the operation finds it so, as the synchronous form does
-    # From here to the thread's start nothing is awaited: ``close`` (on this event loop, or
-    # in another thread) finds it started, and waits for it, or refuses it.
-    ops.start(name)
-    if rid is not None:
-        rt._count_driven(rid)
-        ops.runs[rid] = name
-    try:
-        # The thread's call awaited as it is, in no task of its own: every task cancelled at
-        # once (``asyncio.run``'s teardown), a task awaiting it ended at once, the run let go
-        # while the operation still held its lease (review55b). (No write of it is refused on
-        # a row lock, ``_waiting``: nothing to try again.)
-        try:
-            call = asyncio.get_running_loop().run_in_executor(
-                store_threads(), functools.partial(_waiting, rt, rid, op)
-            )
-        except BaseException:
-            ops.end()  # (never handed to a thread: ``_waiting`` will not end it)
-            raise
-        return await uncancelled(call)
-    finally:
-        if rid is not None:
-            ops.runs.pop(rid, None)
-            rt._undrive(rid)
-
-
-def _waiting(rt: RuntimeHost, rid: str | None, op: Callable[[], _T]) -> _T:
     """``op()`` here (a store thread), its writes waiting for a row lock as long as the
-    synchronous form's do, ``rid`` its runtime's to take the lease of; counted in flight
-    (``close`` waits for it) until it has ended."""
+    synchronous form's do (``within``: the operation ``begin`` counted, all it held let go as
+    it ends)."""
     BRIEF_LOCK_WAITS.on = False
-    RESERVED.run = None if rid is None else (id(rt), rid)
     try:
-        return op()
+        return within(rt, driven, name, turn, op)
     finally:
-        RESERVED.run = None
         BRIEF_LOCK_WAITS.on = True
-        rt._person_ops.end()
 
 
 def _awaited(

@@ -11,22 +11,24 @@ with them. At most ``PERSON_THREADS`` (half the store threads) hold a thread at 
 most half a store's connections (``Store.connections``) one of its connections; the others
 wait on their event loop, holding neither, in the order they came.
 
-``PersonOps``: a runtime's operations in flight. ``close`` waits for those in a store thread
-to end, whole (the store closed under one cut it off half-written), and refuses those not
-started yet (waiting for a thread), which have done nothing.
+``PersonOps``: a runtime's operations in flight, synchronous and awaited (``_person_turn``).
+``close`` waits for those under way to end, whole (the store closed under one cut it off
+half-written), and refuses those not started yet (waiting for a thread or their turn, or
+called after), which have done nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._errors import StoreError
-from ._store_threads import STORE_THREADS
+from ._in_flight import InFlight
+from ._store_threads import STORE_THREADS, loop_running
 
 if TYPE_CHECKING:
     from .store import Store
@@ -40,13 +42,31 @@ PERSON_THREADS = STORE_THREADS // 2
 
 class Gate:
     """At most ``most`` holders at once, across threads and event loops; one that waits for a
-    place waits on its event loop (no thread held), in the order it came."""
+    place waits on its event loop (no thread held: ``enter``) or in its thread
+    (``enter_here``), in the order it came."""
 
     def __init__(self, most: int) -> None:
         self.most = max(1, most)
         self.held = 0
         self._lock = threading.Lock()
-        self._waiting: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
+        self._waiting: deque[
+            tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | threading.Event
+        ] = deque()
+
+    def enter_here(self, busy: Callable[[], BaseException]) -> None:
+        """``enter``, waited for in this thread; on a thread that runs an event loop a place
+        not free at once is refused (``busy()``): one that waits there behind an awaited
+        holder, or a waiter given the place before its task ran, waited for ever."""
+        on_loop = loop_running()
+        with self._lock:
+            if self.held < self.most and not self._waiting:
+                self.held += 1
+                return
+            if on_loop:
+                raise busy()
+            place = threading.Event()
+            self._waiting.append(place)
+        place.wait()  # (given: held for it by ``leave``)
 
     async def enter(self) -> None:
         loop = asyncio.get_running_loop()
@@ -74,7 +94,11 @@ class Gate:
                 if not self._waiting:
                     self.held -= 1
                     return
-                loop, place = self._waiting.popleft()
+                first = self._waiting.popleft()
+            if isinstance(first, threading.Event):
+                first.set()
+                return
+            loop, place = first
             try:
                 loop.call_soon_threadsafe(self._give, place)
                 return
@@ -105,61 +129,39 @@ def gates(store: Store) -> tuple[Gate, ...]:
     return (_THREADS_GATE, gate)
 
 
-class PersonOps:
-    """A runtime's person's operations in flight: those in a store thread (``working``; what
-    ``close`` waits for), and the runs they hold counted as driven, each with the name of the
-    operation (``runs``: a resume refused meanwhile says so)."""
+class PersonOps(InFlight[str]):
+    """A runtime's person's operations in flight, each under its name, synchronous and awaited
+    (``working``; what ``close`` waits for); the runs they hold counted as driven, each with
+    the name of the operation (``runs``: a resume refused meanwhile says so); and each run's
+    turns (``turn``: one operation on a run at a time, ``_person_turn``)."""
 
     def __init__(self, owner: str) -> None:
+        super().__init__()
         self.owner = owner
         self.runs: dict[str, str] = {}
-        self.working = 0
-        self.closing = False
-        self._ended = threading.Condition()
-        self._awaiting: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._turns: weakref.WeakValueDictionary[str, Gate] = weakref.WeakValueDictionary()
+        self._turns_lock = threading.Lock()
 
-    def start(self, name: str) -> None:
-        """One more operation in a store thread, unless ``close`` was called: then refused,
-        nothing of it done."""
-        with self._ended:
-            if self.closing:
-                raise StoreError(
-                    f"{name} was not started: this runtime ({self.owner}) was closed while it "
-                    "waited for a store thread; nothing of it was done"
-                )
-            self.working += 1
+    def turn(self, run_id: str) -> Gate:
+        """The run's turns: one operation on it at a time, the others waiting in the order
+        they came (kept while a holder or a waiter holds it)."""
+        with self._turns_lock:
+            gate = self._turns.get(run_id)
+            if gate is None:
+                gate = self._turns[run_id] = Gate(1)
+            return gate
 
-    def end(self) -> None:
-        """(in the store thread, as the operation ends)"""
-        with self._ended:
-            self.working -= 1
-            if self.working:
-                return
-            self._ended.notify_all()
-            awaiting, self._awaiting = self._awaiting, []
-        for loop, done in awaiting:
-            with contextlib.suppress(RuntimeError):  # (its event loop closed)
-                loop.call_soon_threadsafe(_set, done)
+    @property
+    def working(self) -> int:
+        return sum(self.held.values())
 
-    def close(self) -> None:
-        """No operation started from now on; those in a store thread waited for."""
-        with self._ended:
-            self.closing = True
-            while self.working:
-                self._ended.wait()
+    def start_op(self, name: str) -> None:
+        """One more operation under way (``_person_turn``), unless ``close`` was called: then
+        refused, nothing of it done."""
+        self.start(name, lambda: self._refused(name))
 
-    async def aclose(self) -> None:
-        """``close``, its wait made on the event loop (which the operations do not need)."""
-        loop = asyncio.get_running_loop()
-        with self._ended:
-            self.closing = True
-            if not self.working:
-                return
-            done: asyncio.Future[None] = loop.create_future()
-            self._awaiting.append((loop, done))
-        await asyncio.shield(done)
-
-
-def _set(done: asyncio.Future[None]) -> None:
-    if not done.done():
-        done.set_result(None)
+    def _refused(self, name: str) -> StoreError:
+        return StoreError(
+            f"{name} was not started: this runtime ({self.owner}) is closed (its close() "
+            "has begun); nothing of it was done"
+        )

@@ -27,6 +27,7 @@ from ._host import RuntimeHost
 from ._json import check_given_text, check_value
 from ._packet import SETTLE_TAIL, settle_first
 from ._people import printable_note
+from ._person_turn import person_op
 from ._redact import redact, redact_text
 from ._settle_refund import is_refund, settle_undoing, settled_packet, undone_words
 from ._stored_run_words import run_stop_cause
@@ -38,6 +39,7 @@ __all__ = ["Settling", "settle_hint", "settled_run_packet", "settled_words"]
 class Settling(RuntimeHost):
     """``settle_effect`` (mixed into ``Runtime``)."""
 
+    @person_op(leased=True)
     def settle_effect(
         self,
         run_id: str,

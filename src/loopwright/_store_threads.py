@@ -32,7 +32,7 @@ from .store._protocol_commit import BRIEF_LOCK_WAITS, RowLocked
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["STORE_THREADS", "in_store_thread", "store_threads", "written"]
+__all__ = ["STORE_THREADS", "in_store_thread", "loop_running", "store_threads", "written"]
 
 _T = TypeVar("_T")
 
@@ -50,6 +50,15 @@ _LAST_PAUSE_S = 1.0
 
 def _brief_lock_waits() -> None:
     BRIEF_LOCK_WAITS.on = True
+
+
+def loop_running() -> bool:
+    """Whether this thread runs an event loop (where a blocking wait holds it)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def store_threads() -> ThreadPoolExecutor:
