@@ -77,6 +77,11 @@ class Checkpoints(RuntimeHost):
             "lease_expires_at": time.time() + self.lease_ttl_s,
             **run,
         }
+        if ex.unfolded is not None:
+            # the run's fenced spend this execution charged at resume, taken off the row by
+            # the commit that writes it charged (once: ``_unstage`` puts it back if unwritten)
+            cols.update(ex.unfolded)
+            ex.unfolded = None
         status = cols.get("status")
         if status is not None and status == ex.row_status:
             del cols["status"]  # only this lease's holder writes it: unchanged since
@@ -402,3 +407,5 @@ def _unstage(ex: _Exec, req: CommitRequest) -> None:
     ex.written = {}
     ex.row_status = None
     ex.rejected_written -= len(req.rejected)
+    if "fenced_cost_usd" in req.run:  # (the fenced spend it took off: still the row's)
+        ex.unfolded = {k: v for k, v in req.run.items() if k.startswith("fenced_")}

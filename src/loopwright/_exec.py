@@ -73,6 +73,10 @@ class Execution:
     # share of them: all its word charges (``_lease_life``), each bill journaled before the
     # takeover being charged by the cycle redone from the journal (``settle_owed``; crash55c)
     refused: tuple[Usage, Usage] | None = None
+    # What this execution charged to its state at resume of the run's fenced spend (the row's
+    # ``fenced_*``: ``RunRecord.fenced``), as the run columns that take it off the row, until
+    # a commit carrying them is staged (restored if it is not written: ``_unstage``)
+    unfolded: dict[str, Any] | None = None
     events: list[NewEvent] = field(default_factory=list)
     record: dict[str, Any] | None = None  # the loaded checkpoint's record (a parked cycle's)
     retries: dict[str, JournalEntry] = field(default_factory=dict)

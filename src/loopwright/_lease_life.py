@@ -226,20 +226,29 @@ def _said_alive(
     lock goes, not dropped."""
     try:
         now = store.get_run(run_id)
+        lost = why == LEASE_LOST or now.fencing_token != token or now.lease_owner is None
+        # What it spent and never committed (the bills its fence refused), added to the run's
+        # fenced spend, which every read of the run's spend counts and the next resume
+        # charges to its state (fenced56; crash55b said it in the word alone, charged only
+        # by a later resume); a stop alive under its own lease charges nothing: its cycle is
+        # done again.
+        fenced = spent if spent and lost else None
         if now.status in TERMINAL_STATUSES:
-            # ended: by another since a takeover, or by this execution itself, its last commit
-            # durable though its answer was lost (the store failing at it: ``_ended_here``)
+            # ended: by another since a takeover (its spend counted all the same), or by this
+            # execution itself, its last commit durable though its answer was lost (the store
+            # failing at it: ``_ended_here``)
+            if fenced:
+                store.add_fenced_spend(run_id, fenced)
             return True
-        if now.fencing_token != token or now.lease_owner is None:
+        if lost:
             # taken over meanwhile (a process frozen while its store failed it, too): late
             why = LEASE_LOST
         data: dict[str, Any] = {"lease": token, "why": why}
-        if spent and why == LEASE_LOST:
-            # what it spent and never committed, charged by the resume that reads it (crash55b;
-            # a stop alive under its own lease charges nothing: its cycle is done again)
-            data["spent"] = spent
-        event = NewEvent(cycle, "interrupted", data)
-        store.append_events(run_id, [event])
+        if fenced:
+            data["fenced"] = fenced  # (said; counted by the row, not by the word)
+            store.add_fenced_spend(run_id, fenced, [NewEvent(cycle, "interrupted", data)])
+        else:
+            store.append_events(run_id, [NewEvent(cycle, "interrupted", data)])
     except RowLocked:
         raise  # (nothing of it written: ``in_store_thread`` tries it again)
     except StoreUnavailableError:

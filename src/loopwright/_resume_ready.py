@@ -5,7 +5,8 @@ Apart from ``_engine`` so that ``resume`` there reads as an execution's start an
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from ._contract import TERMINAL_STATUSES, Contract, contract_from_snapshot
 from ._errors import ConfigError
@@ -15,6 +16,7 @@ from ._host import RuntimeHost
 from ._loop import Loop, check_loop, other_loop
 from ._state import TaskState
 from ._store_threads import written
+from ._usage import Usage
 from .store import RunRecord, Store
 
 if TYPE_CHECKING:
@@ -107,6 +109,8 @@ class Resuming(RuntimeHost):
             threaded=self.calls_in_threads,  # (a parked cycle's verifiers too, before any cycle)
         )
         ex.adopt(self.store, ck.state)
+        if rec.fenced:  # (read under the lease: a word said after it is left to the next)
+            _fold_fenced(ex, rec.fenced)
         ex.charged = ex.state.spent.to_dict()  # (what the store holds charged: ``_lease_life``)
         fit_history(self.store, rec.run_id, ex.state, self.history_window)
         # Failed attempts of the cycle about to run (or rerun) count against its retry bound.
@@ -135,3 +139,24 @@ def _compensating(store: Store, run_id: str) -> bool:
     """Whether an ended run still has compensations to run (a cancelled run's)."""
     pending = store.latest_checkpoint(run_id).state.get("pending") or {}
     return bool(pending.get("stage") == "compensations")
+
+
+def _fold_fenced(ex: _Exec, fenced: Mapping[str, Any]) -> None:
+    """What executions fenced out of the run spent and no commit charged (the run's
+    ``fenced_*``), charged to the state now, before the budgets are checked, the held-out share
+    kept from what the actor is shown (invariant 3); the commit that writes it takes it off the
+    row (``ex.unfolded``), so that it is counted once: by the row until then, by the state
+    after (fenced56)."""
+    s = ex.state
+    usage = Usage.from_dict(dict(fenced))
+    held = Usage.from_dict(fenced.get("held_out"))
+    s.spent = s.spent + usage
+    if held.cost_usd or held.tokens:
+        s.held_out_spent = s.held_out_spent + held
+    ex.unfolded = {
+        "fenced_cost_usd": usage.cost_usd,
+        "fenced_tokens": usage.tokens,
+        "fenced_seconds": usage.seconds,
+        "fenced_held_cost_usd": held.cost_usd,
+        "fenced_held_tokens": held.tokens,
+    }

@@ -9,8 +9,9 @@ held-out verifier's fenced bill was counted as spend the actor is shown (invaria
 
 Executor ``a`` is held in its call at cycle 2 until ``b`` has taken the run over and is held
 in turn; ``a`` let go is fenced out and says its word; ``c`` takes the run over, charges the
-word, redoes cycle 2 and ends the run; ``b``, let go after, writes nothing to the ended run
-(its stalled call is the overshoot crash55b left). No timing: each step waits on an event."""
+word, redoes cycle 2 and ends the run; ``b``, let go after, says nothing to the ended run, but
+adds what it was billed to the run's fenced spend (fenced56: crash55b left its stalled call
+uncharged). No timing: each step waits on an event."""
 
 from __future__ import annotations
 
@@ -110,15 +111,16 @@ def test_a_failed_attempt_journaled_before_the_takeover_is_charged_once(url: str
     with rt:
         assert isinstance(r, lw.RunResult) and r.status == "accepted", r
         words = [
-            e for e in rt.store.events(run_id) if e.kind == "interrupted" and "spent" in e.data
+            e for e in rt.store.events(run_id) if e.kind == "interrupted" and "fenced" in e.data
         ]
         # cycle 1 ($0.10), a's failed attempt ($0.05, from the journal) and answer ($0.10, its
-        # word), c's answer ($0.10): each bill once (b's stalled call is crash55b's overshoot)
+        # word), c's answer ($0.10): each bill once
         assert r.spent.cost_usd == pytest.approx(0.35) and r.spent.tokens == 35
-        assert rt.store.get_run(run_id).cost_usd == pytest.approx(0.35)
+        # and b's stalled call ($0.10), said after the end (before fenced56: never charged)
+        assert rt.store.get_run(run_id).cost_usd == pytest.approx(0.45)
         # a's word: its answered call's bill the fence refused, not its failed attempt's, which
         # the journal holds (before: $0.15, the $0.05 charged again by c's redone cycle)
-        assert [round(e.data["spent"]["cost_usd"], 6) for e in words] == [0.10]
+        assert [round(e.data["fenced"]["cost_usd"], 6) for e in words] == [0.10]
 
 
 def test_a_failed_attempt_the_fence_refused_to_journal_is_charged_by_the_word(url: str) -> None:
@@ -139,7 +141,8 @@ def test_a_failed_attempt_the_fence_refused_to_journal_is_charged_by_the_word(ur
         # cycle 1 ($0.10), a's refused failed attempt ($0.05, its word), c's answer ($0.10)
         # (before: $0.20; a failed attempt's bill is charged when its call ends, never here)
         assert r.spent.cost_usd == pytest.approx(0.25) and r.spent.tokens == 25
-        assert rt.store.get_run(run_id).cost_usd == pytest.approx(0.25)
+        # and b's stalled answer ($0.10), said after the end
+        assert rt.store.get_run(run_id).cost_usd == pytest.approx(0.35)
 
 
 def test_a_held_out_verifiers_fenced_bill_stays_held_out(url: str) -> None:
@@ -170,7 +173,7 @@ def test_a_held_out_verifiers_fenced_bill_stays_held_out(url: str) -> None:
     with rt:
         assert isinstance(r, lw.RunResult) and r.status == "accepted", r
         words = [
-            e for e in rt.store.events(run_id) if e.kind == "interrupted" and "spent" in e.data
+            e for e in rt.store.events(run_id) if e.kind == "interrupted" and "fenced" in e.data
         ]
         # every bill is the held-out audit's: cycle 1, a's fenced one, c's cycles 2 and 3
         state = rt.store.latest_checkpoint(run_id).state
@@ -178,4 +181,9 @@ def test_a_held_out_verifiers_fenced_bill_stays_held_out(url: str) -> None:
         assert state["held_out_spent"][0] == pytest.approx(4 * AUDIT.cost_usd)
         # the actor is shown none of it (before: c's actor was shown a's $0.01 as spent)
         assert shown == [5.0, 5.0]
-        assert [e.data["spent"]["held_out"]["cost_usd"] for e in words] == [AUDIT.cost_usd]
+        assert [e.data["fenced"]["held_out"]["cost_usd"] for e in words] == [AUDIT.cost_usd]
+        # b's fenced audit, said after the end: the run's spend, its held-out share apart
+        rec = rt.store.get_run(run_id)
+        assert rec.cost_usd == pytest.approx(5 * AUDIT.cost_usd)
+        assert rec.fenced is not None
+        assert rec.fenced["held_out"]["cost_usd"] == pytest.approx(AUDIT.cost_usd)

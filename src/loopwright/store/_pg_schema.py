@@ -33,6 +33,7 @@ from ._schema import (
     HOLD_UNSTARTED_FORKS,
     MAKER_STARTS,
     MEMORY_REFLECTIONS_SQL,
+    fenced_spend,
 )
 
 __all__ = ["CLAIMABLE_PG", "PG_MIGRATIONS", "PG_TABLES"]
@@ -315,4 +316,7 @@ PG_MIGRATIONS: list[list[str]] = [
     # v19: how many tests behind a held-out verdict were self-reported, as SQLite's v21 (IF
     # NOT EXISTS: the step may run again).
     [HELD_OUT_SELF_REPORTED.format("IF NOT EXISTS")],
+    # v20: what executions fenced out of a run spent, as SQLite's v22 (IF NOT EXISTS: the
+    # step may run again).
+    [add for _name, add in fenced_spend("IF NOT EXISTS", "DOUBLE PRECISION", "BIGINT")],
 ]

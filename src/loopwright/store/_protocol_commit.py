@@ -175,6 +175,17 @@ class CommitStore(ApprovalsStore):
         """Append events outside a cycle (resumed, approval decided...)."""
 
     @abstractmethod
+    def add_fenced_spend(
+        self, run_id: str, spent: Mapping[str, Any], events: Sequence[NewEvent] = ()
+    ) -> None:
+        """Add what an execution fenced out of the run spent and no commit charged
+        (``spent``: ``cost_usd``, ``tokens``, ``seconds``, the held-out share under
+        ``held_out``) to the run's ``fenced`` spend (``RunRecord.fenced``, in its totals), and
+        append ``events`` (its word), in one transaction, with no lease: the executor taken
+        over writes it, to a run open or ended. A commit whose run columns name ``fenced_*``
+        takes those amounts off (what its execution charged of it)."""
+
+    @abstractmethod
     def events(self, run_id: str, *, after_id: int = 0) -> list[Event]:
         """A run's events in order."""
 

@@ -81,6 +81,12 @@ class RunRecord:
     # when unknown (no held-out verdict, or a run ended before stop 55). A pass with any is
     # not an independent one (``held_out_independent``).
     held_out_self_reported: int | None = None
+    # What executions fenced out of the run (taken over while they called) spent that no
+    # commit of the run has charged yet, as their words said it (``cost_usd``, ``tokens``,
+    # ``seconds``, the held-out verifiers' share under ``held_out``): already in ``cost_usd``,
+    # ``tokens`` and ``seconds`` above; the run's next resume charges it to its state (its
+    # commit then takes it off). ``None``: nothing (fenced56).
+    fenced: dict[str, Any] | None = None
 
     @property
     def held_out_independent(self) -> bool | None:

@@ -16,6 +16,7 @@ from ._protocol_commit import (  # (the commit protocol's: the engine catches th
     RunBusy,
 )
 from ._records import Approval, CommitRequest, NewApproval, NewEvent, VersionRow
+from ._schema import FENCED_COLS
 
 Row = tuple[Any, ...]
 
@@ -183,6 +184,8 @@ UPDATABLE_RUN_COLS = frozenset(
         "held_out_passed",
         "held_out_self_reported",
         "cancel_requested",
+        # (what the commit charged of a fenced-out execution's spend: taken off the row's)
+        *(name for name, _kind in FENCED_COLS),
     }
 )
 

@@ -7,6 +7,7 @@ from ._live import NOTIFIED, notified_key_index
 from ._people_schema import PEOPLE_SQLITE
 
 __all__ = [
+    "ADD_FENCED_SPEND",
     "ADD_HELD_OUT_SELF_REPORTED",
     "ADD_MAKER_STARTS",
     "APPROVALS_EXPIRING_SQL",
@@ -18,6 +19,7 @@ __all__ = [
     "EFFECT_GENERATION",
     "EVENTS_NOTIFIED_SQL",
     "EXPIRING",
+    "FENCED_COLS",
     "HELD_OUT_SELF_REPORTED",
     "HOLD_UNSTARTED_FORKS",
     "MAKER_STARTS",
@@ -25,6 +27,7 @@ __all__ = [
     "RUN_TASK",
     "RUN_TASKS_SQL",
     "SQLITE_MIGRATIONS",
+    "fenced_spend",
     "memory_tag",
 ]
 
@@ -113,6 +116,37 @@ ADD_MAKER_STARTS = "-- loopwright: runs.maker_starts, unless the column is there
 HELD_OUT_SELF_REPORTED = "ALTER TABLE runs ADD COLUMN {} held_out_self_reported INTEGER"
 # SQLite's step for it, run in Python as ADD_MAKER_STARTS is (the column added unless there).
 ADD_HELD_OUT_SELF_REPORTED = "-- loopwright: runs.held_out_self_reported, unless there"
+# What executions fenced out of a run spent and no commit of the run has charged yet (SQLite's
+# v22, PostgreSQL's v20): the bills the lease's fence refused to journal (``fenced_bill``),
+# their seconds, and the held-out verifiers' share (invariant 3), added by the executor taken
+# over, with a write that needs no lease (``Store.add_fenced_spend``), and taken off by the
+# commit of the execution that charged them to its state (``Execution.unfolded``). Every read
+# of a run's spend adds them (``RunRecord.cost_usd``...), so a word said while its taker ends
+# the run, or after its end, is charged too (fenced56).
+FENCED_COLS = (
+    ("fenced_cost_usd", "real"),
+    ("fenced_tokens", "int"),
+    ("fenced_seconds", "real"),
+    ("fenced_held_cost_usd", "real"),
+    ("fenced_held_tokens", "int"),
+)
+
+
+def fenced_spend(exists: str, real: str, integer: str) -> list[tuple[str, str]]:
+    """The columns of ``FENCED_COLS`` and the statement adding each (``exists``: PostgreSQL's
+    IF NOT EXISTS; the types of the dialect)."""
+    return [
+        (
+            name,
+            f"ALTER TABLE runs ADD COLUMN {exists} {name} "
+            f"{real if kind == 'real' else integer} NOT NULL DEFAULT 0",
+        )
+        for name, kind in FENCED_COLS
+    ]
+
+
+# SQLite's step for them, run in Python as ADD_MAKER_STARTS is (each column added unless there).
+ADD_FENCED_SPEND = "-- loopwright: runs.fenced_*, unless there"
 # The forks an earlier release made and nothing has started (no ``started`` or ``resumed``
 # event: read by events_run, a few rows a fork) are marked so: a worker after the upgrade
 # would start them before their maker's edit, as ``resume --all`` already leaves them.
@@ -521,4 +555,8 @@ SQLITE_MIGRATIONS: list[list[str]] = [
     # the metrics and the runs lists read ``held_out_passed`` alone, and counted a pass the
     # candidate's own process could have forged as an independent one.
     [ADD_HELD_OUT_SELF_REPORTED],
+    # v22: what executions fenced out of a run spent (``FENCED_COLS``): carried only by their
+    # ``lease lost`` word and charged by a later resume, a word said while the taker ended the
+    # run, or with no resume after it, was never charged (invariant 7).
+    [ADD_FENCED_SPEND],
 ]

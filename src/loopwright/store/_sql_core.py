@@ -182,6 +182,10 @@ class SQLCore(LiveSQL, PeopleSQL, Store):
         # The numbers as numbers: a value SQLite kept as written ('abc' in cycle) is damage,
         # raised here (ValueError, TypeError) for the CLI to say so, not deep in a report.
         jl, n, x = self._jl, int, float
+        # What executions fenced out of it spent that no commit charged (``runs.fenced_*``):
+        # in the run's spend as every reader reads it, and apart for the resume that charges it
+        fenced = _fenced(x(row[31]), n(row[32]), x(row[33]), x(row[34]), n(row[35]))
+        extra = fenced or _NO_FENCED
         return RunRecord(
             run_id=row[0],
             task_key=row[1],
@@ -191,9 +195,9 @@ class SQLCore(LiveSQL, PeopleSQL, Store):
             stop_reason=row[5],
             cycle=n(row[6]),
             best_score=None if row[7] is None else x(row[7]),
-            cost_usd=x(row[8]),
-            tokens=n(row[9]),
-            seconds=x(row[10]),
+            cost_usd=x(row[8]) + extra["cost_usd"],
+            tokens=n(row[9]) + extra["tokens"],
+            seconds=x(row[10]) + extra["seconds"],
             spec_ref=row[11],
             loop_version=row[12],
             contract=jl(row[13]),
@@ -214,6 +218,7 @@ class SQLCore(LiveSQL, PeopleSQL, Store):
             open_requests=None if row[28] is None else n(row[28]),
             maker_starts=bool(row[29]),
             held_out_self_reported=None if row[30] is None else n(row[30]),
+            fenced=fenced,
         )
 
     def _stored_object(self, raw: Any, run_id: str, seq: Any, column: str) -> dict[str, Any]:
@@ -273,3 +278,20 @@ class SQLCore(LiveSQL, PeopleSQL, Store):
     def _journal(self, row: Sequence[Any]) -> JournalEntry:
         r = row
         return JournalEntry(r[0], r[1], r[2], r[3], r[4], self._jl(r[5]), r[6], r[7], r[8])
+
+
+_NO_FENCED: dict[str, Any] = {"cost_usd": 0.0, "tokens": 0, "seconds": 0.0}
+
+
+def _fenced(
+    cost: float, tokens: int, seconds: float, held_cost: float, held_tokens: int
+) -> dict[str, Any] | None:
+    """A run row's ``fenced_*`` columns as ``RunRecord.fenced`` says them: None when empty."""
+    # (a float left by a take-off of what was added meanwhile may be a hair below nothing)
+    cost, seconds, held_cost = max(0.0, cost), max(0.0, seconds), max(0.0, held_cost)
+    if not (cost or tokens or seconds or held_cost or held_tokens):
+        return None
+    out: dict[str, Any] = {"cost_usd": cost, "tokens": tokens, "seconds": seconds}
+    if held_cost or held_tokens:
+        out["held_out"] = {"cost_usd": held_cost, "tokens": held_tokens}
+    return out

@@ -15,6 +15,7 @@ from .._redact_logs import masked_logger
 from ._records import NewEvent
 from ._rows import event_row
 from ._schema import (
+    ADD_FENCED_SPEND,
     ADD_HELD_OUT_SELF_REPORTED,
     ADD_MAKER_STARTS,
     BACKFILL_CLAIMS,
@@ -23,6 +24,7 @@ from ._schema import (
     BACKFILL_REUSES,
     HELD_OUT_SELF_REPORTED,
     MAKER_STARTS,
+    fenced_spend,
 )
 from ._sql_core import SQLCore
 from ._sql_statements import JOURNAL_KEY, journal_key
@@ -30,10 +32,11 @@ from ._sql_statements import JOURNAL_KEY, journal_key
 _log = masked_logger("loopwright.store")
 
 # SQLite's steps that add a column to ``runs`` unless it is there (no ADD COLUMN IF NOT EXISTS;
-# a store put back to an earlier version by a test runs the step again): the column, the SQL.
+# a store put back to an earlier version by a test runs the step again): each column, its SQL.
 _ADD_COLUMN = {
-    ADD_MAKER_STARTS: ("maker_starts", MAKER_STARTS),
-    ADD_HELD_OUT_SELF_REPORTED: ("held_out_self_reported", HELD_OUT_SELF_REPORTED),
+    ADD_MAKER_STARTS: [("maker_starts", MAKER_STARTS.format(""))],
+    ADD_HELD_OUT_SELF_REPORTED: [("held_out_self_reported", HELD_OUT_SELF_REPORTED.format(""))],
+    ADD_FENCED_SPEND: fenced_spend("", "REAL", "INTEGER"),
 }
 
 
@@ -85,10 +88,10 @@ class MigrationsSQL(SQLCore):
                 elif statement == BACKFILL_FORK_REUSES:
                     self._backfill_fork_reuses(conn)
                 elif statement in _ADD_COLUMN:  # (SQLite's: PRAGMA names the columns)
-                    column, add = _ADD_COLUMN[statement]
                     cols = {r[1] for r in conn.execute("PRAGMA table_info(runs)").fetchall()}
-                    if column not in cols:
-                        conn.execute(add.format(""))
+                    for column, add in _ADD_COLUMN[statement]:
+                        if column not in cols:
+                            conn.execute(add)
                 else:
                     conn.execute(statement)
         conn.execute(self._q.set_schema_version, (str(latest),))

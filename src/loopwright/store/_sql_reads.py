@@ -274,6 +274,28 @@ class ReadsSQL(SQLCore):
                 conn, self._q.insert_event, [event_row(run_id, e, now, self._js) for e in events]
             )
 
+    def add_fenced_spend(
+        self, run_id: str, spent: Mapping[str, Any], events: Sequence[NewEvent] = ()
+    ) -> None:
+        held = spent.get("held_out") or {}
+        amounts = (
+            float(spent.get("cost_usd") or 0.0),
+            int(spent.get("tokens") or 0),
+            float(spent.get("seconds") or 0.0),
+            float(held.get("cost_usd") or 0.0),
+            int(held.get("tokens") or 0),
+        )
+        now = time.time()
+        with self._tx() as conn:
+            # (an increment: words of two executions fenced out may be said at once)
+            conn.execute(self._q.add_fenced, (*amounts, run_id))
+            if events:
+                self._executemany(
+                    conn,
+                    self._q.insert_event,
+                    [event_row(run_id, e, now, self._js) for e in events],
+                )
+
     def events(self, run_id: str, *, after_id: int = 0) -> list[Event]:
         jl = self._jl
         return [

@@ -16,15 +16,17 @@ from ._rows import (
     fork_reuses,
     inherited_data,
 )
-from ._schema import RUN_TASK
+from ._schema import FENCED_COLS, RUN_TASK
 
 RUN_COLS = (
     "run_id, task_key, loop_name, project, status, stop_reason, cycle, best_score, cost_usd, "
     f"tokens, seconds, spec_ref, loop_version, contract, {RUN_TASK}, packet, created_at, updated_at, "
     "ended_at, cancel_requested, lease_owner, lease_expires_at, fencing_token, last_seq, "
     "held_out_passed, forked_from, forked_at, created_by, open_requests, maker_starts, "
-    "held_out_self_reported"
+    "held_out_self_reported, fenced_cost_usd, fenced_tokens, fenced_seconds, "
+    "fenced_held_cost_usd, fenced_held_tokens"
 )
+FENCED_NAMES = frozenset(name for name, _kind in FENCED_COLS)
 JOURNAL_COLS = "run_id, key, kind, cycle, status, data, attempts, created_at, updated_at"
 # The journal's key: every statement that finds one entry says ``JOURNAL_KEY`` and binds
 # ``journal_key(run_id, key)`` for it (to change the key, change these two).
@@ -72,6 +74,12 @@ class CoreStatements:
             return f" {clause}" if locks else ""
 
         self.run_by_id = p(f"SELECT {RUN_COLS} FROM runs WHERE run_id=?")
+        # (``Store.add_fenced_spend``: no lease, an increment of each ``FENCED_COLS`` column)
+        self.add_fenced = p(
+            "UPDATE runs SET "
+            + ", ".join(f"{name}={name}+?" for name, _kind in FENCED_COLS)
+            + " WHERE run_id=?"
+        )
         self.run_by_task_key = p(f"SELECT {RUN_COLS} FROM runs WHERE task_key=?")
         # (compared as written in both stores: SQLite's LIKE ignores case, so "B" was a
         # prefix of "b…" there and of nothing in PostgreSQL)
@@ -398,8 +406,15 @@ class CoreStatements:
         # lease was handed back (a group commit landing late) set an expiry nobody held, the
         # run then shown running to it (crash53b). (The right side reads the row as it was.)
         expiry = f"CASE WHEN lease_owner IS NULL THEN NULL ELSE {self.expires} END"
+        # (a fenced-out execution's spend, ``runs.fenced_*``: the value is what this commit
+        # charged of it, taken off what the row holds, added since by another included)
         assignments = ", ".join(
-            f"{k}={expiry}" if k == "lease_expires_at" else f"{k}=?" for k in names
+            f"{k}={expiry}"
+            if k == "lease_expires_at"
+            else f"{k}={k}-?"
+            if k in FENCED_NAMES
+            else f"{k}=?"
+            for k in names
         )
         return self.p(
             f"UPDATE runs SET {assignments}, updated_at=? WHERE run_id=? AND fencing_token=?"
