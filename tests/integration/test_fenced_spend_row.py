@@ -1,0 +1,138 @@
+"""What an execution fenced out spent is the run's spend though no resume follows its word, on
+SQLite and PostgreSQL (fenced56).
+
+crash55b carried a fenced-out execution's refused bills on its ``lease lost`` word alone, and
+only a later resume charged them: a word said while the executor that took the run over
+drives that cycle and ends the run (no resume after it) was never charged, and one said after
+the end was not written at all. The word's spend now goes to the run's row (``runs.fenced_*``,
+added with no lease), which every read of the run's spend counts; the next resume charges it
+to its state and its commit takes it off the row, so it is counted once.
+
+Executor ``a`` is held in its actor at cycle 2 until ``b`` has taken the run over and is held
+there too; ``a`` let go is fenced out and says its word while the run is open; ``b`` let go
+concludes cycle 2 and the run is accepted. No timing: each step waits on an event."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from support.crash_bound import TASK, Gates, expire, held
+
+import loopwright as lw
+from loopwright.store import NewEvent, open_store
+
+ACTOR = lw.Usage(cost_usd=0.10, tokens=10)
+
+
+def _loop(gates: Gates) -> lw.Loop:
+    """``doc.n`` edited to the cycle, accepted at 2, each actor call billed $0.10; an executor
+    of ``gates`` held at cycle 2 before it answers."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle == 2:
+            held(gates)
+        return lw.Proposal(edits=(lw.Edit("doc", "n", ctx.cycle),), usage=ACTOR)
+
+    def done(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        n = int(state.values()["doc"].get("n", 0))
+        return lw.Verdict(passed=n == 2, score=n / 2)
+
+    budget = lw.Budget(max_cycles=10, max_cost_usd=5.0)
+    return lw.Loop(name="row", actor=actor, verifiers=[done], contract=lw.Contract(budget=budget))
+
+
+def test_a_word_said_while_the_taker_ends_the_run_is_charged(url: str) -> None:
+    gates: Gates = {n: (threading.Event(), threading.Event()) for n in ("a", "b")}
+    loop = _loop(gates)
+    ended: dict[str, Any] = {}
+
+    def drive() -> None:
+        name = threading.current_thread().name
+        try:
+            with lw.Runtime(url) as own:
+                ended[name] = own.resume_sync(run_id, loop)
+        except BaseException as exc:  # (read by the test)
+            ended[name] = exc
+
+    def start(name: str) -> threading.Thread:
+        t = threading.Thread(target=drive, name=name, daemon=True)
+        t.start()
+        while not gates[name][0].wait(0.05):
+            assert t.is_alive(), ended
+        return t
+
+    with lw.Runtime(url) as rt:
+        run_id = rt.create(loop, TASK, task_key="fenced-row")[0].run_id
+        try:
+            a = start("a")
+            expire(rt, run_id)
+            b = start("b")  # took the run over, held in cycle 2
+            gates["a"][1].set()  # a wakes fenced out and says its word, the run open
+            a.join()
+            assert isinstance(ended["a"], lw.StaleLeaseError), ended
+            gates["b"][1].set()  # b concludes cycle 2: accepted, no resume after a's word
+            b.join()
+        finally:
+            for _entered, go in gates.values():
+                go.set()
+        r = ended["b"]
+        assert isinstance(r, lw.RunResult) and r.status == "accepted", r
+        # cycle 1 ($0.10), a's stalled call ($0.10), b's cycle 2 ($0.10); before: $0.20
+        rec = rt.store.get_run(run_id)
+        assert (rec.cost_usd, rec.tokens) == (pytest.approx(0.30), 30)
+        assert rt.result(run_id).spent.cost_usd == pytest.approx(0.30)
+        m = lw.compute_metrics(rt.store)
+        assert m.spend_usd == pytest.approx(0.30)
+        assert m.per_run[0].cost_usd == pytest.approx(0.30)
+        # said while the run was open, the run's row counting it (not a resume)
+        [word] = [e for e in rt.store.events(run_id) if e.data.get("why") == "lease lost"]
+        assert word.data["fenced"]["cost_usd"] == pytest.approx(0.10), word
+
+
+def test_the_fenced_spend_is_taken_off_once_by_the_commit_that_charged_it(url: str) -> None:
+    """Store level: what a commit names of ``fenced_*`` is taken off the row, what was added
+    after its read stays (two words at once), and the run's totals count the row's rest."""
+    loop = _loop({})
+    with lw.Runtime(url) as rt:
+        run_id = rt.create(loop, TASK, task_key="fenced-take")[0].run_id
+    with open_store(url) as s:
+        one = {"cost_usd": 0.25, "tokens": 7, "seconds": 1.5}
+        s.add_fenced_spend(run_id, one)
+        s.add_fenced_spend(
+            run_id,
+            {**one, "held_out": {"cost_usd": 0.05, "tokens": 2}},
+            [NewEvent(0, "interrupted", {"lease": 99, "why": "lease lost"})],
+        )
+        rec = s.get_run(run_id)
+        assert rec.fenced == {
+            "cost_usd": 0.5,
+            "tokens": 14,
+            "seconds": 3.0,
+            "held_out": {"cost_usd": 0.05, "tokens": 2},
+        }
+        assert (rec.cost_usd, rec.tokens, rec.seconds) == (0.5, 14, 3.0)
+        assert [e.kind for e in s.events(run_id)][-1] == "interrupted"
+        token = s.acquire_lease(run_id, "taker", 60.0)
+        assert token is not None
+        ck = s.latest_checkpoint(run_id)
+        taken = {
+            "fenced_cost_usd": 0.25,
+            "fenced_tokens": 7,
+            "fenced_seconds": 1.5,
+            "fenced_held_cost_usd": 0.0,
+            "fenced_held_tokens": 0,
+        }
+        run = {"cost_usd": 0.25, "tokens": 7, "seconds": 1.5, **taken}
+        s.commit(
+            run_id, token, seq=ck.seq + 1, cycle=0, state=ck.state, record=None, events=[], run=run
+        )
+        after = s.get_run(run_id)
+        assert after.fenced == {
+            "cost_usd": 0.25,
+            "tokens": 7,
+            "seconds": 1.5,
+            "held_out": {"cost_usd": 0.05, "tokens": 2},
+        }
+        assert (after.cost_usd, after.tokens) == (0.5, 14)
