@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from ._backoff import backoff, left_of, since
+from ._call_billing import fenced_bill
 from ._calls import CallTimeout, call_user
 from ._crash_bound import crash_bound
 from ._effect_holders import running_here, tracked
@@ -28,7 +29,7 @@ from ._effect_keys import (
     undo_unsettled,
 )
 from ._effects import Effect, EffectCall, EffectResult, canon
-from ._errors import EffectKeyHeld, EffectKeyMoved
+from ._errors import EffectKeyHeld, EffectKeyMoved, StaleLeaseError
 from ._exec import Execution, error_info, exc_text
 from ._retry import RetryPolicy
 from ._store_threads import uncancelled
@@ -424,7 +425,12 @@ async def perform_effect(
         data = {"result": value, "first_at": first_at}
         if usage is not None:
             data["usage"] = usage.to_dict()
-        await journal.put("done", data, None, "effect_done")
+        try:
+            await journal.put("done", data, None, "effect_done")
+        except StaleLeaseError:
+            if usage is not None:  # (refused by the fence: its word says it; fenced56)
+                fenced_bill(ex, f"effect:{eff.name}", usage)
+            raise
         ex.at("after_effect_result")
         return journal.out("done", result=value, attempts=attempts, usage=usage)
 

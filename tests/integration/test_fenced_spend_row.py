@@ -136,3 +136,70 @@ def test_the_fenced_spend_is_taken_off_once_by_the_commit_that_charged_it(url: s
             "held_out": {"cost_usd": 0.05, "tokens": 2},
         }
         assert (after.cost_usd, after.tokens) == (0.5, 14)
+
+
+def test_a_word_an_earlier_release_said_is_still_charged_once(url: str) -> None:
+    """A ``lease lost`` word written before the row held the fenced spend (its ``spent``, and
+    nothing on the row) is charged by the resume that reads it back, once (``fenced_upto``)."""
+    loop = _loop({})
+    with lw.Runtime(url) as rt:
+        run_id = rt.create(loop, TASK, task_key="fenced-old")[0].run_id
+        s = rt.store
+        token = s.acquire_lease(run_id, "old", 60.0)
+        ck = s.latest_checkpoint(run_id)
+        started = NewEvent(0, "started", {"lease": token})
+        s.commit(
+            run_id,
+            token,
+            seq=ck.seq + 1,
+            cycle=0,
+            state=ck.state,
+            record=None,
+            events=[started],
+            run={"status": "running"},
+        )
+        s.release_lease(run_id, token)
+        spent = {"cost_usd": 0.05, "tokens": 5, "seconds": 0.0}
+        word = {"lease": token, "why": "lease lost", "spent": spent}
+        s.append_events(run_id, [NewEvent(0, "interrupted", word)])
+        r = rt.resume_sync(run_id, loop)
+        assert r.status == "accepted", r
+        # its $0.05 and two cycles' calls ($0.10 each), once
+        assert r.spent.cost_usd == pytest.approx(0.25) and r.spent.tokens == 25
+        assert s.get_run(run_id).cost_usd == pytest.approx(0.25)
+        assert s.get_run(run_id).fenced is None
+
+
+def test_an_effects_cost_the_fence_refused_to_journal_is_the_runs_spend(url: str) -> None:
+    """An effect that reported its cost and whose ``done`` entry the fence refused (its run
+    taken over while it was called): its cost is its execution's word's, and the run's."""
+    taken: list[int] = []
+
+    @lw.effect("send", name="notify", key=lambda a: f"n:{a['cycle']}", requires_success=False)
+    def notify(cycle: int, *, key: str) -> lw.EffectResult:
+        with lw.Runtime(url) as other:  # the run taken over while the effect is called
+            run_id = other.store.get_run("fenced-effect").run_id
+            expire(other, run_id)
+            taken.append(other.store.acquire_lease(run_id, "taker", 60.0))
+        return lw.EffectResult({"sent": key}, usage=lw.Usage(cost_usd=0.07, tokens=7))
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        effects = (notify.call(cycle=ctx.cycle),) if ctx.cycle == 1 else ()
+        return lw.Proposal(edits=(lw.Edit("doc", "n", ctx.cycle),), effects=effects)
+
+    loop = lw.Loop(
+        name="fenced-effect",
+        actor=actor,
+        verifiers=[lambda s, p: lw.Verdict(passed=False)],
+        effects=[notify],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="send", action="allow"),)),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+    )
+    with lw.Runtime(url) as rt:
+        with pytest.raises(lw.StaleLeaseError):
+            rt.run_sync(loop, TASK, task_key="fenced-effect")
+        assert len(taken) == 1
+        rec = rt.store.get_run("fenced-effect")
+        # (before: nothing; the effect's $0.07 was in no journal entry, commit nor word)
+        assert rec.fenced is not None and rec.fenced["cost_usd"] == pytest.approx(0.07)
+        assert (rec.cost_usd, rec.tokens) == (pytest.approx(0.07), 7)
