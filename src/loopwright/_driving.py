@@ -131,7 +131,7 @@ class Driving(RuntimeHost):
                 # commit: a crash at that cycle as any other (an effect's call or the commit
                 # that kills the process every time ended only by the spend budgets; crash55).
                 # A parked cycle is judged so once it is decided (``_settle_pending``).
-                if self._past_crash_bound(ex):
+                if await self._past_crash_bound(ex):
                     return
                 await self._say_started(ex)
             done = await self._settle_pending(ex)
@@ -139,7 +139,7 @@ class Driving(RuntimeHost):
                 return
             owed = True
         else:
-            if rec.status == "running" and self._past_crash_bound(ex):
+            if rec.status == "running" and await self._past_crash_bound(ex):
                 return
             owed = True
             self._commit_status(ex, "running")
@@ -187,7 +187,7 @@ class Driving(RuntimeHost):
                 return
             reflect = decided = True
 
-    def _past_crash_bound(self, ex: _Exec) -> bool:
+    async def _past_crash_bound(self, ex: _Exec) -> bool:
         """Whether the run, its executor dead mid-cycle (resumed while ``running``, or a parked
         cycle resumed once decided: the executions since the park), is past the contract's
         crash bound at this cycle: then ended ``escalated`` instead of driven again.
@@ -214,7 +214,7 @@ class Driving(RuntimeHost):
             # (an ended run owes no effects nor a decided cycle: a fork or an edit goes on)
             ex.state.pending = None
             if pend.get("stage") == "effects":
-                evidence["effects"] = _effects_kept(self.store, ex, at)
+                evidence["effects"] = await _effects_kept(self.store, ex, at)
         kept = evidence.get("effects")
         cause = crash_cause(crashes, at, bound, effects=kept, run_id=ex.run_id)
         self._finish(ex, "escalated", cause=cause, evidence=evidence)
@@ -236,11 +236,13 @@ class Driving(RuntimeHost):
         ex.started_said = True
 
 
-def _effects_kept(store: Store, ex: _Exec, cycle: int) -> dict[str, list[str]]:
+async def _effects_kept(store: Store, ex: _Exec, cycle: int) -> dict[str, list[str]]:
     """The effects of ``cycle`` (its write-ahead's) as the journal holds them, for a run ended
     by its crash bound in them: ``done`` (their cost charged now, as a resume that finished
     them would have: never committed) and ``unknown`` (started, their outcome not recorded:
-    a person checks them). Nothing is called."""
+    a person checks them). Nothing is called. Each one left ``intent`` is written in doubt
+    off the event loop where that write can wait on the run's row lock (``written``: another
+    session holding it held every run of the process; fenced56)."""
     kept: dict[str, list[str]] = {"done": [], "unknown": []}
     for e in store.journal(ex.run_id, kind="effect", cycle=cycle):
         key = e.key.removeprefix("effect:")
@@ -268,7 +270,9 @@ def _effects_kept(store: Store, ex: _Exec, cycle: int) -> dict[str, list[str]]:
                     "happened"
                 )
                 event = {"effect": e.data.get("name"), "key": key, "status": "in_doubt"}
-                store.journal_put(
+                await written(
+                    store,
+                    store.journal_put,
                     ex.run_id,
                     ex.token,
                     key=e.key,

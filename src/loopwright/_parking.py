@@ -173,7 +173,7 @@ class Parking(RuntimeHost):
             await written(self.store, self.store.append_events, ex.run_id, [*said, waiting])
             return True
         # decided: its executors that died finishing the cycle since count (crash55)
-        if self._past_crash_bound(ex):
+        if await self._past_crash_bound(ex):
             return True
         await self._say_started(ex)
         n = int(pend["cycle"])

@@ -97,3 +97,32 @@ def test_the_packet_of_a_run_ended_by_its_crash_bound_once_settled_says_what_is_
         "unknown": [],
         "settled": {"notify:n:1": "not done"},
     }
+
+
+@pytest.mark.postgres
+def test_the_in_doubt_mark_is_written_off_the_event_loop(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: the crash bound's mark of an unknown effect in doubt is a write fenced on
+    the run's row, so it is made in a store thread (``written``), as the cycle's other writes
+    are: made on the event loop, it held every run of the process while another session held
+    the run's row (fenced56)."""
+    import asyncio
+
+    from loopwright.store.postgres import PostgresStore
+
+    put = PostgresStore.journal_put
+    where: list[bool] = []
+
+    def watched(self: Any, run_id: str, token: int, **kw: Any) -> Any:
+        if kw.get("status") == "in_doubt":
+            try:
+                asyncio.get_running_loop()
+                where.append(True)  # on an event loop
+            except RuntimeError:
+                where.append(False)  # in a store thread
+        return put(self, run_id, token, **kw)
+
+    monkeypatch.setattr(PostgresStore, "journal_put", watched)
+    _ended_by_the_bound(pg_url, "off-loop")
+    assert where == [False]  # (before: [True])
