@@ -131,8 +131,9 @@ def charge(ex: Execution, who: str, billed: Iterable[Usage]) -> None:
 
 def fenced_bill(ex: Execution, who: str, usage: Usage) -> None:
     """A bill of ``who``'s the fence refused to journal (this execution taken over while it
-    called): billed all the same, charged by its word alone (``_lease_life``; crash55b) and
-    its held-out share kept apart there, as ``charge`` keeps it (invariant 3). A bill
+    called): billed all the same, said by its word and added to the run's fenced spend
+    (``_lease_life``; crash55b, fenced56), its held-out share kept apart there, as ``charge``
+    keeps it (invariant 3). A bill
     journaled before the takeover is not one: the cycle redone charges it (crash55c)."""
     if not (usage.cost_usd or usage.tokens):
         return

@@ -73,7 +73,9 @@ def crashes_and_alive(
     no uncharged kill (``_effect_run``), as its execution is no crash here. And what the words
     of executions taken over (``lease lost``) after the event ``upto`` say they spent and
     never committed (fenced out): charged by the resume (invariant 7; crash55b). They lie
-    where this reads: said late, after the start of the execution that took the run over."""
+    where this reads: said late, after the start of the execution that took the run over.
+    Only an earlier release's words (``spent``): one said since fenced56 names its bills
+    ``fenced``, added to the run's row as it was said (``RunRecord.fenced``), not read here."""
     before: int | None = None
     met: list[int | None] = []  # the leases of the executions met (their start events)
     alive: set[int] = set()

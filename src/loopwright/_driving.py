@@ -199,7 +199,8 @@ class Driving(RuntimeHost):
         crashes, ex.alive = read.crashes, read.alive
         if read.upto > s.fenced_upto:
             # the spend of executions fenced out since (their commits refused), charged now:
-            # the budgets see it before the cycle is driven again (crash55b)
+            # the budgets see it before the cycle is driven again (crash55b; an earlier
+            # release's words: the row holds those said since, charged at ``_prepared``)
             s.spent, s.fenced_upto = s.spent + read.fenced, read.upto
             if read.held.cost_usd or read.held.tokens:  # (not shown to the actor: crash55c)
                 s.held_out_spent = s.held_out_spent + read.held

@@ -217,9 +217,10 @@ def _said_alive(
     resumable: said by its lease (``interrupted``), so that resuming the run counts no crash of
     it (``crashes_at``). Written before the lease is handed back; one whose lease was taken
     over writes it late, unfenced, after its successor's start maybe (read by its token, not
-    where it lies): the one write of a fenced-out executor, its own word and no state, and
-    only to a run still open (an ended one is resumed no more: its log stays as its last
-    executor left it). False when the store fails it (``StoreUnavailableError``): its runtime
+    where it lies): the one write of a fenced-out executor, its own word and its refused
+    bills (the run's fenced spend), no state; the word only to a run still open (an ended one
+    is resumed no more: its log stays as its last executor left it), the bills to an ended
+    one too. False when the store fails it (``StoreUnavailableError``): its runtime
     says it again before its next resume (``Runtime._say_unsaid``); a process that exits
     first leaves a crash to count, as one that died. Refused on its run's row held by another
     session (``RowLocked``, from a store thread): raised, so that it is tried again once the

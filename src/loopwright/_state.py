@@ -97,7 +97,8 @@ class TaskState(Planning):
     # None: a state stored before they were counted.
     cap_checks: int | None = 0
     # The last word of a fenced-out execution whose spend ``spent`` holds (its event id): one
-    # after it is charged at resume (``_crash_bound.crashes_and_alive``; crash55b).
+    # after it is charged at resume (``_crash_bound.crashes_and_alive``; crash55b). Words
+    # written since fenced56 leave it: their bills are on the run's row (``RunRecord.fenced``).
     fenced_upto: int = 0
     score: float | None = None
     best_score: float | None = None
