@@ -203,3 +203,25 @@ def test_an_effects_cost_the_fence_refused_to_journal_is_the_runs_spend(url: str
         # (before: nothing; the effect's $0.07 was in no journal entry, commit nor word)
         assert rec.fenced is not None and rec.fenced["cost_usd"] == pytest.approx(0.07)
         assert (rec.cost_usd, rec.tokens) == (pytest.approx(0.07), 7)
+
+
+def test_a_store_of_ones_own_keeps_the_bills_in_the_word(tmp_path: Any) -> None:
+    """``Store.add_fenced_spend``'s default (a store of one's own, no fenced spend on its
+    rows): the word says the bills as ``spent``, which the next resume charges (crash55b)."""
+    from loopwright.store import Store
+
+    loop = _loop({})
+    with lw.Runtime(f"sqlite:///{tmp_path / 's.db'}") as rt:
+        run_id = rt.create(loop, TASK, task_key="own")[0].run_id
+        word = {"lease": 3, "why": "lease lost", "fenced": {"cost_usd": 0.05, "tokens": 5}}
+        Store.add_fenced_spend(rt.store, run_id, word["fenced"], [NewEvent(0, "interrupted", word)])
+        [said] = [e for e in rt.store.events(run_id) if e.kind == "interrupted"]
+        assert said.data == {
+            "lease": 3,
+            "why": "lease lost",
+            "spent": {"cost_usd": 0.05, "tokens": 5},
+        }
+        assert rt.store.get_run(run_id).fenced is None
+        before = len(rt.store.events(run_id))
+        Store.add_fenced_spend(rt.store, run_id, word["fenced"])  # (an ended run's: no word)
+        assert len(rt.store.events(run_id)) == before

@@ -174,7 +174,6 @@ class CommitStore(ApprovalsStore):
     def append_events(self, run_id: str, events: Sequence[NewEvent]) -> None:
         """Append events outside a cycle (resumed, approval decided...)."""
 
-    @abstractmethod
     def add_fenced_spend(
         self, run_id: str, spent: Mapping[str, Any], events: Sequence[NewEvent] = ()
     ) -> None:
@@ -183,7 +182,23 @@ class CommitStore(ApprovalsStore):
         ``held_out``) to the run's ``fenced`` spend (``RunRecord.fenced``, in its totals), and
         append ``events`` (its word), in one transaction, with no lease: the executor taken
         over writes it, to a run open or ended. A commit whose run columns name ``fenced_*``
-        takes those amounts off (what its execution charged of it)."""
+        takes those amounts off (what its execution charged of it).
+
+        This default, for a store of one's own that keeps no fenced spend (its ``RunRecord``
+        has no ``fenced``): the word alone, saying the bills as ``spent``, which the run's next
+        resume charges, if one comes (crash55b); nothing for an ended run."""
+        said = [
+            NewEvent(
+                e.cycle,
+                e.kind,
+                {**{k: v for k, v in e.data.items() if k != "fenced"}, "spent": dict(spent)},
+            )
+            if "fenced" in e.data
+            else e
+            for e in events
+        ]
+        if said:
+            self.append_events(run_id, said)
 
     @abstractmethod
     def events(self, run_id: str, *, after_id: int = 0) -> list[Event]:
