@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from support.crash_bound import TASK, Gates, expire, held
+from support.crash_bound import TASK, Gates, expire, held, start_held
 
 import loopwright as lw
 
@@ -67,12 +67,7 @@ def _takeovers(url: str, loop: lw.Loop, gates: Gates) -> tuple[lw.Runtime, str, 
             ended[name] = exc
 
     def start(name: str) -> threading.Thread:
-        t = threading.Thread(target=drive, name=name, daemon=True)
-        t.start()
-        if name in gates:
-            while not gates[name][0].wait(0.05):
-                assert t.is_alive(), ended
-        return t
+        return start_held(drive, name, gates, ended)
 
     rt = lw.Runtime(url)
     run_id = rt.create(loop, TASK, task_key="fenced-once")[0].run_id

@@ -18,7 +18,7 @@ import threading
 from typing import Any
 
 import pytest
-from support.crash_bound import TASK, Gates, expire, held
+from support.crash_bound import TASK, Gates, expire, held, resumer, start_held
 
 import loopwright as lw
 from loopwright.store import NewEvent, open_store
@@ -46,25 +46,13 @@ def _loop(gates: Gates) -> lw.Loop:
 def test_a_word_said_while_the_taker_ends_the_run_is_charged(url: str) -> None:
     gates: Gates = {n: (threading.Event(), threading.Event()) for n in ("a", "b")}
     loop = _loop(gates)
-    ended: dict[str, Any] = {}
-
-    def drive() -> None:
-        name = threading.current_thread().name
-        try:
-            with lw.Runtime(url) as own:
-                ended[name] = own.resume_sync(run_id, loop)
-        except BaseException as exc:  # (read by the test)
-            ended[name] = exc
-
-    def start(name: str) -> threading.Thread:
-        t = threading.Thread(target=drive, name=name, daemon=True)
-        t.start()
-        while not gates[name][0].wait(0.05):
-            assert t.is_alive(), ended
-        return t
-
     with lw.Runtime(url) as rt:
         run_id = rt.create(loop, TASK, task_key="fenced-row")[0].run_id
+        drive, ended = resumer(url, run_id, loop)
+
+        def start(name: str) -> threading.Thread:
+            return start_held(drive, name, gates, ended)
+
         try:
             a = start("a")
             expire(rt, run_id)
@@ -91,6 +79,12 @@ def test_a_word_said_while_the_taker_ends_the_run_is_charged(url: str) -> None:
         assert word.data["fenced"]["cost_usd"] == pytest.approx(0.10), word
 
 
+def _fenced(cost: float, tokens: int, seconds: float) -> dict[str, Any]:
+    """``RunRecord.fenced`` with these amounts and the held-out share of the test below."""
+    held = {"cost_usd": 0.05, "tokens": 2}
+    return {"cost_usd": cost, "tokens": tokens, "seconds": seconds, "held_out": held}
+
+
 def test_the_fenced_spend_is_taken_off_once_by_the_commit_that_charged_it(url: str) -> None:
     """Store level: what a commit names of ``fenced_*`` is taken off the row, what was added
     after its read stays (two words at once), and the run's totals count the row's rest."""
@@ -106,12 +100,7 @@ def test_the_fenced_spend_is_taken_off_once_by_the_commit_that_charged_it(url: s
             [NewEvent(0, "interrupted", {"lease": 99, "why": "lease lost"})],
         )
         rec = s.get_run(run_id)
-        assert rec.fenced == {
-            "cost_usd": 0.5,
-            "tokens": 14,
-            "seconds": 3.0,
-            "held_out": {"cost_usd": 0.05, "tokens": 2},
-        }
+        assert rec.fenced == _fenced(0.5, 14, 3.0)
         assert (rec.cost_usd, rec.tokens, rec.seconds) == (0.5, 14, 3.0)
         assert [e.kind for e in s.events(run_id)][-1] == "interrupted"
         token = s.acquire_lease(run_id, "taker", 60.0)
@@ -129,12 +118,7 @@ def test_the_fenced_spend_is_taken_off_once_by_the_commit_that_charged_it(url: s
             run_id, token, seq=ck.seq + 1, cycle=0, state=ck.state, record=None, events=[], run=run
         )
         after = s.get_run(run_id)
-        assert after.fenced == {
-            "cost_usd": 0.25,
-            "tokens": 7,
-            "seconds": 1.5,
-            "held_out": {"cost_usd": 0.05, "tokens": 2},
-        }
+        assert after.fenced == _fenced(0.25, 7, 1.5)
         assert (after.cost_usd, after.tokens) == (0.5, 14)
 
 

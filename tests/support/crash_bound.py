@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -226,3 +226,16 @@ def notify_loop(
         approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="send", action="allow"),)),
         contract=lw.Contract(budget=lw.Budget(max_cycles=3, **budget)),
     )
+
+
+def start_held(
+    target: Callable[[], None], name: str, gates: Gates, ended: Mapping[str, Any]
+) -> threading.Thread:
+    """A thread named ``name`` running ``target``, returned once it is held at its gate of
+    ``gates`` (at once when it has none); ``ended`` (how each ended) said if it ends first."""
+    t = threading.Thread(target=target, name=name, daemon=True)
+    t.start()
+    if name in gates:
+        while not gates[name][0].wait(0.05):
+            assert t.is_alive(), ended
+    return t
