@@ -8,19 +8,25 @@ Each look must stay cheap however many runs the store holds: open runs are found
 from __future__ import annotations
 
 import functools
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 __all__ = [
     "NOTIFIED",
+    "NOTIFY_CURSORS_SQL",
     "OPEN_STATUSES",
+    "SETTLED",
     "ApprovalMark",
     "LiveSQL",
     "LiveStore",
     "RunMark",
+    "SettledRead",
     "notified_key_index",
+    "settled_index",
 ]
 
 if TYPE_CHECKING:
@@ -29,9 +35,37 @@ if TYPE_CHECKING:
 # The event kind recording a webhook delivery (``web/_notify.py``); the partial index
 # ``events_notified`` holds the events of this kind.
 NOTIFIED = "notified"
+# The event kind a person's settling of an effect left in doubt writes (``_settle.py``).
+SETTLED = "effect_settled"
+
+# Where each webhook URL's posting of settlings stands (``web/_notify.py``), by the URL's
+# digest: the position ``(tx, event_id)`` of the last settling it was posted (or was found
+# posted) with every one before it posted too. A notifier that starts posts what came after.
+# ``tx`` is the writing transaction's id on PostgreSQL (``settled_index``), 0 on SQLite.
+NOTIFY_CURSORS_SQL = (
+    "CREATE TABLE IF NOT EXISTS notify_cursors (target TEXT PRIMARY KEY, "
+    "tx BIGINT NOT NULL, event_id BIGINT NOT NULL, updated_at {real} NOT NULL)"
+)
+
+# A settling's position: (writing transaction, event id).
+Position = tuple[int, int]
 
 # The statuses a run can still leave; a run in any other has ended.
 OPEN_STATUSES = ("pending", "running", "awaiting_approval")
+
+
+@dataclass(frozen=True, slots=True)
+class SettledRead:
+    """Settlings read after a position, oldest first, each with its position. ``horizon``:
+    the rows of a transaction below it are all there (no transaction still open can write a
+    settling before them); a row at or above it may yet have one commit before it (a
+    PostgreSQL transaction that took a lower id and commits later)."""
+
+    rows: list[tuple[Position, Event]]
+    horizon: int
+
+    def final(self, pos: Position) -> bool:
+        return pos[0] < self.horizon
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +114,24 @@ class LiveStore(ABC):
         from ``after`` on: what a look costs is the events written since, not the store."""
         return []
 
+    def settlings_after(self, after: Position, limit: int = 100) -> SettledRead:
+        """The ``effect_settled`` events of every run past ``after``, in position order, at
+        most ``limit`` (a store that cannot read them across runs: none)."""
+        return SettledRead([], 0)
+
+    def settled_start(self) -> Position:
+        """The position "now": every settling committed before is at or below it."""
+        return (0, 0)
+
+    def notify_cursor(self, target: str) -> Position | None:
+        """Where ``target``'s posting of settlings stands (None: it never posted)."""
+        return None
+
+    def set_notify_cursor(self, target: str, pos: Position) -> None:
+        """Move ``target``'s cursor to ``pos``, never back (two processes posting to one URL);
+        a store that keeps none forgets it."""
+        del target, pos
+
     def was_notified(self, run_id: str, key: str, target: str) -> bool:
         """Whether the run holds a ``notified`` marker of ``key`` for ``target`` (one webhook
         delivery's "was this posted?"). A store that can reads the markers of that key only,
@@ -103,6 +155,24 @@ _MARKERS = f"WHERE run_id = ? AND kind = '{NOTIFIED}' ORDER BY id"
 _MARKER_KEY = {"?": "json_extract(data, '$.key')", "%s": "(data->>'key')"}
 
 
+def settled_index(mark: str) -> list[str]:
+    """The settlings by position, as a partial index (a notifier reads those after its cursor,
+    however many other events were written since). On PostgreSQL each event records its
+    writing transaction (``tx``, set by the column's default; rows written before: NULL, the
+    settlings among them 0): ids are handed out as statements run, so a transaction holding a
+    lower id may commit after one holding a higher; transaction ids order what can still
+    appear (``LiveSQL.settlings_after``). The column is added without a default first, then
+    given one: no rewrite of the table."""
+    if mark == "?":
+        return [f"CREATE INDEX IF NOT EXISTS events_settled ON events(id) WHERE kind = '{SETTLED}'"]
+    return [
+        "ALTER TABLE events ADD COLUMN IF NOT EXISTS tx BIGINT",
+        "ALTER TABLE events ALTER COLUMN tx SET DEFAULT txid_current()",
+        f"UPDATE events SET tx = 0 WHERE kind = '{SETTLED}' AND tx IS NULL",
+        f"CREATE INDEX IF NOT EXISTS events_settled ON events(tx, id) WHERE kind = '{SETTLED}'",
+    ]
+
+
 def notified_key_index(mark: str) -> str:
     """The partial index of the delivery markers by run and key, in the dialect of ``mark``:
     "was this request posted?" reads the markers of one key, not every one of the run."""
@@ -122,6 +192,7 @@ class LiveSQL(LiveStore):
         def _all(self, query: str, args: Sequence[Any]) -> list[Any]: ...
         @staticmethod
         def _jl(value: Any) -> Any: ...
+        def _tx(self) -> AbstractContextManager[Any]: ...
 
     def run_marks(self, *, created_since: float) -> list[RunMark]:
         # Two index probes joined by UNION (an OR over two columns would scan the table).
@@ -194,3 +265,61 @@ class LiveSQL(LiveStore):
             [run_id, key],
         )
         return any(self._jl(r[0]).get("target") == target for r in rows)
+
+    # --- settlings by position, and each webhook URL's cursor (``web/_notify.py``) --------
+    def settlings_after(self, after: Position, limit: int = 100) -> SettledRead:
+        from ._base import Event
+
+        cols = "id, run_id, cycle, kind, ts, data"
+        if self._MARK == "?":
+            # One writer at a time: ids are handed out in commit order, every row is final.
+            # The kind as a literal, for the partial index events_settled.
+            rows = self._all(
+                f"SELECT {cols}, 0 FROM events WHERE kind = '{SETTLED}' AND id > ? "
+                "ORDER BY id LIMIT ?",
+                [int(after[1]), int(limit)],
+            )
+            horizon = 1 << 62
+        else:
+            # The oldest transaction still open, read in the same statement's snapshot: every
+            # row of a transaction below it is visible, no other can still appear.
+            rows = self._all(
+                f"SELECT {cols}, tx, txid_snapshot_xmin(txid_current_snapshot()) FROM events "
+                f"WHERE kind = '{SETTLED}' AND (tx, id) > (%s, %s) ORDER BY tx, id LIMIT %s",
+                [int(after[0]), int(after[1]), int(limit)],
+            )
+            horizon = int(rows[0][7]) if rows else 0
+        return SettledRead(
+            [
+                ((int(r[6]), int(r[0])), Event(r[0], r[1], r[2], r[3], r[4], self._jl(r[5])))
+                for r in rows
+            ],
+            horizon,
+        )
+
+    def settled_start(self) -> Position:
+        if self._MARK == "?":
+            return (0, self.last_event_id())
+        rows = self._all("SELECT txid_snapshot_xmin(txid_current_snapshot())", [])
+        return (int(rows[0][0]), 0)
+
+    def notify_cursor(self, target: str) -> Position | None:
+        rows = self._all(
+            _in_dialect(self._MARK, "SELECT tx, event_id FROM notify_cursors WHERE target = ?"),
+            [target],
+        )
+        return (int(rows[0][0]), int(rows[0][1])) if rows else None
+
+    def set_notify_cursor(self, target: str, pos: Position) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                _in_dialect(
+                    self._MARK,
+                    "INSERT INTO notify_cursors(target, tx, event_id, updated_at) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT(target) DO UPDATE SET tx = excluded.tx, "
+                    "event_id = excluded.event_id, updated_at = excluded.updated_at "
+                    "WHERE (excluded.tx, excluded.event_id) > "
+                    "(notify_cursors.tx, notify_cursors.event_id)",
+                ),
+                [target, int(pos[0]), int(pos[1]), time.time()],
+            )

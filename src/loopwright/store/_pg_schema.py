@@ -16,7 +16,7 @@ Differences from the SQLite schema, each on purpose:
 from __future__ import annotations
 
 from ._blobs import BLOBS_PG
-from ._live import notified_key_index
+from ._live import NOTIFY_CURSORS_SQL, notified_key_index, settled_index
 from ._people_schema import PEOPLE_PG
 from ._schema import (
     APPROVALS_EXPIRING_SQL,
@@ -319,4 +319,8 @@ PG_MIGRATIONS: list[list[str]] = [
     # v20: what executions fenced out of a run spent, as SQLite's v22 (IF NOT EXISTS: the
     # step may run again).
     [add for _name, add in fenced_spend("IF NOT EXISTS", "DOUBLE PRECISION", "BIGINT")],
+    # v21: each webhook URL's cursor over the settlings, as SQLite's v23, and each event's
+    # writing transaction (``tx``): the settlings are read in the order no late commit can
+    # get behind (``LiveSQL.settlings_after``). Each step may run again.
+    [NOTIFY_CURSORS_SQL.format(real="DOUBLE PRECISION"), *settled_index("%s")],
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ._blobs import BLOBS_SQLITE
-from ._live import NOTIFIED, notified_key_index
+from ._live import NOTIFIED, NOTIFY_CURSORS_SQL, notified_key_index, settled_index
 from ._people_schema import PEOPLE_SQLITE
 
 __all__ = [
@@ -559,4 +559,8 @@ SQLITE_MIGRATIONS: list[list[str]] = [
     # ``lease lost`` word and charged by a later resume, a word said while the taker ended the
     # run, or with no resume after it, was never charged (invariant 7).
     [ADD_FENCED_SPEND],
+    # v23: each webhook URL's cursor over the settlings (``notify_cursors``), and the settlings
+    # by id (a partial index): a settling made while no process notified was never posted,
+    # since a notifier started reading at the newest event (notify56).
+    [NOTIFY_CURSORS_SQL.format(real="REAL"), *settled_index("?")],
 ]

@@ -160,7 +160,7 @@ class Feed:
                 a = self._approval(rid, aid)
                 if a is not None:
                     changes.append(self._change("approval", approval=a, baseline=True))
-            self._emit(changes)
+            self._emit(changes, first=True)
             self.ready.set()
             return changes
         for rid, m in marks.items():
@@ -244,13 +244,14 @@ class Feed:
         self._seq += 1
         return Change(self._seq, kind, run, approval, new, baseline, event)
 
-    def _emit(self, changes: list[Change]) -> None:
+    def _emit(self, changes: list[Change], *, first: bool = False) -> None:
         # A listener with a ``baseline`` method gets the first look's baseline requests
-        # together (the notifier posts many as one message); the rest one change at a time.
+        # together (the notifier posts many as one message; none: it still hears when the
+        # first look was made); the rest one change at a time.
         base = [c for c in changes if c.baseline]
         rest = [c for c in changes if not c.baseline]
         for listener in self._listeners:
-            together = getattr(listener, "baseline", None) if base else None
+            together = getattr(listener, "baseline", None) if base or first else None
             for c in changes if together is None else rest:
                 try:
                     listener(c)

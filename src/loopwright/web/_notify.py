@@ -12,7 +12,9 @@ credential): a delivery is recorded in the run's event log under a digest of the
 Deliveries run on one thread per URL, retried with capped exponential backoff on a network
 error, a timeout, 408, 429 or 5xx; a failure is logged and never reaches the server's
 requests. A request is posted once per URL: a ``notified`` event on its run marks it
-delivered, so a restarted server does not post it again.
+delivered, so a restarted server does not post it again. A person's settlings are read by each
+URL's thread from its cursor in the store (``Store.notify_cursor``): one made while no process
+notified is posted when one starts, once.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from .._errors import ConfigError, LoopwrightError
 from .._redact import redact, register_secret
 from .._redact_logs import masked_logger
 from .._userinfo import without_userinfo
-from ..store import Approval, NewEvent, RunRecord, Store
-from ..store._live import NOTIFIED
+from ..store import Approval, Event, NewEvent, RunRecord, Store
+from ..store._live import NOTIFIED, Position
 from ._feed import Change
 from ._notify_bodies import approval_body, run_end_body, settled_body, waiting_body
 from ._webhook_post import http_post
@@ -58,6 +60,9 @@ TIMESTAMP_HEADER = "X-Loopwright-Timestamp"
 EVENT_HEADER = "X-Loopwright-Event"
 DELIVERY_HEADER = "X-Loopwright-Delivery"
 MARKER = NOTIFIED  # the event kind recording a delivery
+# At most this many settlings read at a time (a notifier starting over a long backlog reads
+# it in bounded steps).
+SETTLED_READ = 100
 
 Post = Callable[[str, bytes, Mapping[str, str], float], int]
 
@@ -136,6 +141,7 @@ class NotifyConfig:
     max_wait_s: float = 60.0
     timeout_s: float = 10.0
     baseline_posts: int = 5
+    settled_every_s: float = 1.0  # how often each URL's thread reads the settlings
 
     @classmethod
     def of(
@@ -169,6 +175,9 @@ class _Job:
     covers: tuple[_Job, ...] = ()
 
 
+_IDLE = _Job("", "", 0, "", dict)  # a wait for a job that ended with none
+
+
 class _Target:
     """One URL: its queue and delivery thread."""
 
@@ -179,6 +188,12 @@ class _Target:
         self.jobs: queue.Queue[_Job | None] = queue.Queue()
         self.queued: set[str] = set()  # never twice from one process
         self.thread: threading.Thread | None = None
+        # Settlings: the cursor (every settling up to it posted), the ones posted past it
+        # (read again while a transaction that may commit before them is open), the last read
+        self.cursor: Position | None = None
+        self.posted: set[Position] = set()
+        self.read_at = 0.0
+        self.retry = False  # the last failed post may succeed later (a 5xx, a timeout)
 
 
 class Notifier:
@@ -233,6 +248,7 @@ class Notifier:
                     break
                 if job is not None:
                     self._deliver(t, job)
+            self.post_settlings(t)
 
     def _approval_job(self, a: Approval) -> _Job:
         base = self.config.link_base
@@ -249,7 +265,10 @@ class Notifier:
         with this method the whole first look): the ones not yet posted go one by one when
         they are few, as one message listing them when there are more than
         ``config.baseline_posts`` (turning notifications on over a store with 40 waiting
-        requests posts one message, not 40)."""
+        requests posts one message, not 40). A URL never posted to starts its settlings
+        here (``post_settlings``)."""
+        for t in self._targets:
+            self._cursor(t)
         jobs = tuple(
             self._approval_job(c.approval)
             for c in changes
@@ -259,20 +278,9 @@ class Notifier:
             self._queue(_Job("baseline", jobs[0].run_id, jobs[0].cycle, "", dict, covers=jobs))
 
     def __call__(self, change: Change) -> None:
-        a, rec, ev = change.approval, change.run, change.event
-        if change.kind == "settled" and ev is not None:
-            # a person's settling, posted once per URL (its marker, by the event's id)
-            base = self.config.link_base
-            self._queue(
-                _Job(
-                    f"settled:{ev.id}",
-                    ev.run_id,
-                    ev.cycle,
-                    "effect_settled",
-                    lambda: settled_body(ev, rec, base),
-                )
-            )
-        elif a is not None and a.status == "pending" and (change.new or change.baseline):
+        # (a person's settling: each URL's thread reads them from its cursor, ``post_settlings``)
+        a, rec = change.approval, change.run
+        if a is not None and a.status == "pending" and (change.new or change.baseline):
             self._queue(self._approval_job(a))
         elif rec is not None and self.config.run_ends and rec.status in TERMINAL_STATUSES:
             base = self.config.link_base
@@ -299,14 +307,81 @@ class Notifier:
             return None
 
     def _deliver_all(self, t: _Target) -> None:
+        every = self.config.settled_every_s
         while not self._stop.is_set():
-            job = t.jobs.get()
-            if job is None or self._stop.is_set():
+            try:
+                job = t.jobs.get(timeout=max(0.0, t.read_at + every - time.monotonic()))
+            except queue.Empty:
+                job = None if self._stop.is_set() else _IDLE
+            if self._stop.is_set():
                 return
             try:
-                self._deliver(t, job)
+                if job is not None and job is not _IDLE:
+                    self._deliver(t, job)
+                if job is None or time.monotonic() >= t.read_at + every:
+                    self.post_settlings(t)  # (a last read as the process stops: job None)
             except Exception:  # the store went away mid-delivery: log, go on with the next
-                log.exception("notifying %s of %s failed", t.where, job.key)
+                log.exception("notifying %s failed", t.where)
+            if job is None:
+                return
+
+    def post_settlings(self, t: _Target) -> None:
+        """Post to ``t`` the settlings after its cursor, each once, and move the cursor on.
+
+        Every settling there is (``loopwright settle`` from any host, the API, the dashboard,
+        a refund's settling: each writes one ``effect_settled`` event) is read, in position
+        order, from where this URL's posting stands in the store: one made while no process
+        notified is posted when one starts. A URL never posted starts from now (a webhook set
+        up today is not sent the store's history). The cursor moves only over settlings no
+        open transaction can still commit before (``SettledRead.final``); those past it that
+        were posted are read again until then, and posted once (by their markers)."""
+        t.read_at = time.monotonic()
+        while True:
+            before = self._cursor(t)
+            read = self.store.settlings_after(before, SETTLED_READ)
+            rows = read.rows
+            if len(rows) == SETTLED_READ and all(p in t.posted for p, _ in rows):
+                # a window of settlings posted, none final yet (a long transaction open): the
+                # ones after it, so that they are not held up behind it
+                rows = rows + self.store.settlings_after(max(t.posted), SETTLED_READ).rows
+            cursor, moving = before, True
+            for pos, ev in rows:
+                if pos not in t.posted and not self._post_settled(t, pos, ev):
+                    break  # to be tried again, the cursor before it
+                moving = moving and read.final(pos)
+                if moving:
+                    cursor = pos
+            if cursor != before:
+                self.store.set_notify_cursor(t.id, cursor)
+                t.cursor = cursor
+                t.posted = {p for p in t.posted if p > cursor}
+            # read again while a full read moved the cursor on (a backlog, in bounded reads)
+            if len(read.rows) < SETTLED_READ or cursor == before or self._stop.is_set():
+                return
+
+    def _cursor(self, t: _Target) -> Position:
+        """Where ``t``'s posting of settlings stands: read from the store, else now (the
+        first time this URL is notified: recorded, so a restart goes on from here)."""
+        if t.cursor is None:
+            t.cursor = self.store.notify_cursor(t.id)
+            if t.cursor is None:
+                t.cursor = self.store.settled_start()
+                self.store.set_notify_cursor(t.id, t.cursor)
+        return t.cursor
+
+    def _post_settled(self, t: _Target, pos: Position, ev: Event) -> bool:
+        """Post one settling to ``t`` unless its marker says it was: whether it is done with
+        (posted, found posted, or refused for good by a 4xx: logged)."""
+        job = _Job(f"settled:{ev.id}", ev.run_id, ev.cycle, "effect_settled", dict)
+        if not self._done_before(t, job):
+            body = settled_body(ev, self._run(ev.run_id), self.config.link_base)
+            attempts = self._send(t, job.key, job.event, body)
+            if not attempts and (t.retry or self._stop.is_set()):
+                return False
+            if attempts:
+                self._mark(t, job, attempts)
+        t.posted.add(pos)
+        return True
 
     def _done_keys(self, t: _Target, run_id: str) -> set[str]:
         """The keys already delivered to ``t`` for this run, from its ``notified`` markers (a
@@ -364,6 +439,7 @@ class Notifier:
         body = json.dumps(redact(payload), ensure_ascii=False, separators=(",", ":")).encode()
         cfg = self.config
         error = ""
+        t.retry = False
         for attempt in range(1, cfg.attempts + 1):
             ts = str(int(time.time()))
             headers = {
@@ -387,6 +463,7 @@ class Notifier:
                 return attempt
             if status and not _retryable(status):
                 break
+            t.retry = True
             if attempt < cfg.attempts:
                 wait = min(cfg.max_wait_s, cfg.first_wait_s * 2 ** (attempt - 1))
                 log.warning(

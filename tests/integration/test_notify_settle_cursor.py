@@ -1,0 +1,134 @@
+"""notify56: each person's settling is posted to each webhook URL once, whenever a notifier
+runs. A settling made while no process notified was never posted (a notifier started reading
+at the newest event), and on PostgreSQL a settling whose transaction took a lower event id and
+committed after more than 1,000 later events was read past for good. Each URL now has a
+cursor in the store (``notify_cursors``), and settlings are read in an order no late commit
+can get behind (the writing transaction's id, below the oldest one still open). SQLite and
+PostgreSQL; the late commit made deterministic with two connections."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+import pytest
+from test_live import Listener
+from test_notify_settle import _escalated
+
+from loopwright.cli import main
+from loopwright.store import open_store
+from loopwright.web._feed import Feed
+from loopwright.web._notify import Notifier, NotifyConfig
+
+
+@pytest.fixture
+def hook() -> Iterator[Listener]:
+    lst = Listener([])
+    try:
+        yield lst
+    finally:
+        lst.close()
+
+
+def _settle(url: str, run_id: str) -> None:
+    assert main(["settle", run_id[:12], "pay:I6", "--not-done", "--by", "ops",
+                 "--store", url]) == 0  # fmt: skip
+
+
+@contextmanager
+def _notifying(url: str, hook: Listener) -> Iterator[Feed]:
+    """A dashboard's feed and notifier over their own store (a process that starts): its first
+    look made; leaving posts what is there and stops."""
+    st = open_store(url)
+    try:
+        feed = Feed(st)
+        notifier = Notifier(st, NotifyConfig.of([hook.url]))
+        feed.listen(notifier)
+        feed.poll()
+        notifier.drain()
+        yield feed
+        feed.poll()
+        notifier.drain()
+    finally:
+        st.close()
+
+
+def _settled(hook: Listener) -> list[tuple[str, str]]:
+    return [
+        (json.loads(body)["run_id"], h["X-Loopwright-Delivery"])
+        for _, h, body in hook.got
+        if h["X-Loopwright-Event"] == "effect_settled"
+    ]
+
+
+def test_a_settling_made_while_no_process_notified_is_posted_once_later(
+    url: str, hook: Listener
+) -> None:
+    run_id = _escalated(url)
+    with _notifying(url, hook):
+        pass  # the URL was notified once (then the dashboard stopped)
+    _settle(url, run_id)  # nobody notifying
+    with _notifying(url, hook) as feed:
+        feed.poll()
+    with _notifying(url, hook) as feed:  # and a restart posts it no more
+        feed.poll()
+    assert [r for r, _ in _settled(hook)] == [run_id], hook.got
+
+
+def test_a_url_never_notified_is_not_sent_the_history(url: str, hook: Listener) -> None:
+    old = _escalated(url)
+    _settle(url, old)  # before this URL was ever given
+    with _notifying(url, hook) as feed:
+        new = _escalated(url)
+        _settle(url, new)
+        feed.poll()
+    assert [r for r, _ in _settled(hook)] == [new], hook.got
+
+
+_INSERT = (
+    "INSERT INTO events(run_id, cycle, kind, ts, data) VALUES (%s, 1, 'effect_settled', "
+    "extract(epoch from now()), %s::json) RETURNING id"
+)
+
+
+def test_a_settling_committed_late_far_behind_is_posted_once(
+    pg_url: str, pg_schema: tuple[str, str], hook: Listener
+) -> None:
+    """PostgreSQL hands out event ids as statements run: a transaction holding a lower id
+    may commit after 1,000 later events. Held open with a second connection: the later
+    settling is posted while it is open, the earlier one when it commits, each once."""
+    base, schema = pg_schema
+    run_id = _escalated(pg_url)
+    late = psycopg.connect(base)
+    try:
+        late.execute(f'SET search_path TO "{schema}"')
+        with _notifying(pg_url, hook) as feed:
+            data = json.dumps({"effect": "pay", "key": "pay:I6", "done": False, "by": "late"})
+            row = late.execute(_INSERT, (run_id, data)).fetchone()  # open: the lower id
+            assert row is not None
+            with psycopg.connect(base, autocommit=True) as other:
+                other.execute(f'SET search_path TO "{schema}"')
+                other.execute(
+                    "INSERT INTO events(run_id, cycle, kind, ts, data) SELECT %s, 1, 'note', "
+                    "0, '{}'::json FROM generate_series(1, 1100)",
+                    (run_id,),
+                )
+                data2 = json.dumps({"effect": "pay", "key": "pay:I7", "done": True, "by": "ops"})
+                higher = other.execute(_INSERT, (run_id, data2)).fetchone()
+            assert higher is not None and higher[0] > row[0] + 1000
+            feed.poll()
+            feed._listeners[0].drain()  # type: ignore[attr-defined]
+            assert _settled(hook) == [(run_id, f"settled:{higher[0]}")]
+            late.commit()
+            feed.poll()
+            feed._listeners[0].drain()  # type: ignore[attr-defined]
+        with _notifying(pg_url, hook):
+            pass  # a restart posts neither again
+    finally:
+        late.close()
+    assert _settled(hook) == [
+        (run_id, f"settled:{higher[0]}"),
+        (run_id, f"settled:{row[0]}"),
+    ], hook.got
