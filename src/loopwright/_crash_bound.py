@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from ._contract import Contract
 from ._contract_rules import DEFAULT_MAX_CRASHES
+from ._hints import settle_command
 from ._usage import Usage
 from .store import Event, Store
 
@@ -171,6 +172,6 @@ def unknown_tail(unknown: list[str], run_id: str) -> str:
     key = unknown[0] if len(unknown) == 1 else "KEY"
     return (
         f"; started and not known to have finished {unknown}: check them, then settle "
-        f"each: `loopwright settle {run_id[:12]} {key} --done` if it happened, "
+        f"each: `{settle_command(run_id, key)}` if it happened, "
         "`--not-done` if not"
     )

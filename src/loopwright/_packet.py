@@ -12,6 +12,7 @@ from typing import Any
 
 from ._contract import Contract
 from ._decide import at_default_ceiling, crosses, cycle_cap
+from ._hints import settle_command
 from ._money_text import usd
 from ._state import TaskState
 from ._verdict import independent
@@ -423,9 +424,9 @@ def settle_first(run_id: str, key: str) -> str:
     runs as printed (polish55: `--result JSON`, typed as printed, was refused as not JSON)."""
     return (
         "A person must check the outside world and settle the effect in doubt first: "
-        f"`loopwright settle {run_id[:12]} {key} --done` if it happened (`--result` and what "
+        f"`{settle_command(run_id, key)}` if it happened (`--result` and what "
         "it returned, as JSON, for a redo to reuse), "
-        f"`loopwright settle {run_id[:12]} {key} --not-done` if not; then "
+        f"`{settle_command(run_id, key, done=False)}` if not; then "
     )
 
 

@@ -23,6 +23,7 @@ from ._authority import may_operate, refused
 from ._crash_bound import unknown_tail
 from ._effect_keys import args_digest
 from ._errors import ConfigError
+from ._hints import settle_command
 from ._host import RuntimeHost
 from ._json import check_given_text, check_value
 from ._packet import SETTLE_TAIL, settle_first
@@ -229,7 +230,7 @@ def settle_hint(store: Store, run_id: str, key: str) -> str:
         return ""
     # (runnable as printed, kept whole by a clipped cause: ``_packet.clip``; polish55)
     return (
-        f"{SETTLE_TAIL}`loopwright settle {run_id[:12]} {key} --done` if it happened "
+        f"{SETTLE_TAIL}`{settle_command(run_id, key)}` if it happened "
         "(or `--not-done`), then roll the run back and resume it"
     )
 

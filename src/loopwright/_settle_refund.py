@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ._hints import settle_command
 from .store import JournalEntry, JournalWrite, RunRecord, Store
 
 __all__ = [
@@ -154,7 +155,7 @@ def refund_settle_hint(store: Store, run_id: str, *, settled: str = "") -> str:
 def _settle_sentence(run_id: str, e: JournalEntry) -> str:
     """The advice's command that settles compensation ``e``."""
     return (
-        f" Once checked with the provider, settle {e.data.get('name')}: `loopwright settle "
-        f"{run_id[:12]} {e.key.removeprefix('effect:')} --done` (the refund happened) or "
+        f" Once checked with the provider, settle {e.data.get('name')}: "
+        f"`{settle_command(run_id, e.key.removeprefix('effect:'))}` (the refund happened) or "
         "`--not-done` (it did not)."
     )

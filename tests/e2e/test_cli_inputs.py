@@ -6,6 +6,8 @@ an actor escalated is tested in test_escalation_advice.py)."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from pathlib import Path
 
 from .test_bad_inputs import dump, lw, refused, task_file
@@ -137,12 +139,20 @@ def test_the_approvals_hint_with_several_runs_says_how_to_decide_each(project: P
     shown = lw("approvals", cwd=project, store=store)
     assert shown.returncode == 0, shown.stderr
     hint = shown.stdout.strip().splitlines()[-2:]
-    # not one run's command, as if it were the only one waiting
-    assert not any(a["run_id"][:12] in " ".join(hint) for a in pending), hint
-    assert "decide each of the 2 requests with: loopwright approve RUN --request ID" in hint[0]
+    # each request's command, the first listed named (hints56: `RUN --request ID` could not
+    # be pasted), not as if it were the only one waiting
+    assert hint[0].startswith("decide each of the 2 requests, as for the first listed: "), hint
+    m = re.search(r"(loopwright approve (\S+) --request (\S+)) \(or deny\)", hint[0])
+    assert m is not None, hint
+    assert "for each other request, its run and request id" in hint[0], hint
     assert hint[1].startswith("then: loopwright resume --all")
-    # the hint, followed for each request as listed, finishes both runs
+    # the hint's command, pasted, decides the first; followed for the other, both finish
+    first = lw(*shlex.split(m.group(1))[1:], "--by", "ann", cwd=project, store=store)
+    assert first.returncode == 0, first.stderr
+    assert m.group(3) in {a["approval_id"] for a in pending}
     for a in pending:
+        if a["approval_id"] == m.group(3):
+            continue
         r = lw("approve", a["run_id"], "--request", a["approval_id"], "--by", "ann",
                cwd=project, store=store)  # fmt: skip
         assert r.returncode == 0, r.stderr

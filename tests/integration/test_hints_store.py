@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from doc_loop import TASK
-from support.dashboard import dashboard
+from support.dashboard import AUTH, dashboard
 from test_keyless_effect_failures import _paying
 from test_people import FOUR_EYES, make_loop, task
 
@@ -119,7 +119,7 @@ def test_no_flag_where_a_bare_command_reads_the_store(
 
 
 def test_a_store_url_with_a_password_is_not_printed() -> None:
-    from loopwright.cli._hint_store import FROM_ENV, carry_store, hint_flag
+    from loopwright._hints import FROM_ENV, carry_store, hint_flag
 
     assert hint_flag(None) == ""
     url = "postgresql://ana:s3cret-pw@db.example/loops"
@@ -153,3 +153,21 @@ def test_the_dashboard_advice_names_its_store(elsewhere: str) -> None:
     # a dashboard of the store a bare command reads adds nothing
     c = dashboard(None, token=TOKEN)
     assert "--store" not in c.get("/").text
+
+
+def test_the_run_pages_settle_commands_name_its_store(elsewhere: str) -> None:
+    """notify56: the effects table's settle command was written in the page's template, with
+    no --store: pasted, it settled (or refused) in the default store. Built by the one
+    builder now (``_hints.settle_command``), it carries the store the page shows."""
+    _made(elsewhere)
+    with lw.Runtime(elsewhere) as rt:
+        a = rt.run_sync(_paying([], lw.TransientError), TASK)
+    c = dashboard(elsewhere)
+    page = html.unescape(c.get(f"/runs/{a.run_id}", headers=AUTH).text)  # (an operator's)
+    coded = [
+        shlex.split(x)[1:] for x in re.findall(r"<code>(loopwright settle [^<]+)</code>", page)
+    ]
+    assert coded, page
+    for cmd in coded:
+        cut = cmd[: cmd.index("--result")] if "--result" in cmd else cmd
+        assert cut[-2:] == ["--store", elsewhere], cmd

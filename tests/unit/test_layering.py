@@ -106,6 +106,15 @@ def test_the_core_imports_no_backend_adapter_or_interface(path: Path) -> None:
     assert not late, f"{path.name} imports {sorted(late)} inside a function"
 
 
+@pytest.mark.parametrize("path", sorted((SRC / "web").glob("*.py")), ids=lambda p: p.name)
+def test_the_dashboard_imports_nothing_of_the_cli(path: Path) -> None:
+    """notify56: the run page imported ``cli._hint_store``, the refusals ``cli._damage``: what
+    both interfaces need lives below them (``_hints``, ``store._damage``)."""
+    everything = _imports(path, top_level=True) | _imports(path, top_level=False)
+    cli = {n for n in everything if n == "loopwright.cli" or n.startswith("loopwright.cli.")}
+    assert not cli, f"web/{path.name} imports {sorted(cli)}"
+
+
 PROTOCOL_FILES = sorted(
     SRC / "store" / ("__init__.py" if n == "loopwright.store" else f"{n.rsplit('.', 1)[1]}.py")
     for n in PROTOCOL

@@ -169,7 +169,7 @@ def _main(argv: list[str] | None) -> int:
     except Exception as exc:
         if isinstance(exc, BrokenPipeError) and _stdout_closed():
             return _pipe_closed(argv is None)
-        from ._damage import store_damage
+        from ..store._damage import store_damage
 
         damage = store_damage(exc)  # a row or table damaged after the store was opened
         if damage is not None:

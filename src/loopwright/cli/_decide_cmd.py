@@ -153,17 +153,25 @@ def _decide_hint(
         if only is not None and not only.spec_ref:
             return f"decide with: {how}\nthen: {continue_hint(only, 'continue it')}"
         return f"decide with: {how}\nthen: loopwright resume {run} (or add --resume above)"
-    forms = []
-    if any(a.kind not in ("question", PAUSE) for a in reqs):
-        forms.append(f"loopwright approve RUN --request ID{me}{at} [--note TEXT] (or deny)")
-    if any(a.kind == PAUSE for a in reqs):
-        forms.append(f"a pause: loopwright unpause RUN{me}{at} (or loopwright cancel RUN)")
-    if any(a.kind == "question" for a in reqs):
-        forms.append(f"loopwright answer RUN ANSWER --request ID{me}{at}")
+    # each form names the first listed request of its kind: it runs as pasted (notify56)
+    forms, firsts = [], {a.kind if a.kind in ("question", PAUSE) else "": a for a in reqs[::-1]}
+    if (f := firsts.get("")) is not None:
+        forms.append(
+            f"loopwright approve {f.run_id[:12]} --request {f.approval_id}{me}{at} (or deny)"
+        )
+    if (f := firsts.get(PAUSE)) is not None:
+        r = f.run_id[:12]
+        forms.append(f"a pause: loopwright unpause {r}{me}{at} (or loopwright cancel {r}{at})")
+    if (f := firsts.get("question")) is not None:
+        forms.append(
+            f"loopwright answer {f.run_id[:12]} ANSWER --request {f.approval_id}{me}{at} "
+            "(ANSWER: your answer, in quotes)"
+        )
     return (
-        f"decide each of the {total} requests with: "
+        f"decide each of the {total} requests, as for the first listed: "
         + "; ".join(forms)
-        + " — RUN and ID as listed above\n"
+        + " — for each other request, its run and request id from the list above in their "
+        "place (--note TEXT records why)\n"
         f"then: loopwright resume --all{at} (continues every run whose requests are decided), "
         "or add --resume to each decision"
     )

@@ -54,8 +54,8 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
     ``$LOOPWRIGHT_TOKEN``'s), who must be allowed to operate (``starter``)."""
     from rich.markup import escape
 
+    from .._hints import FROM_ENV, SET_IT
     from ._app import _execute
-    from ._hint_store import FROM_ENV, SET_IT
     from ._options import me_flag, store_flag
     from ._say import console, say
     from ._stores import creatable_store

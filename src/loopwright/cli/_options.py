@@ -47,8 +47,8 @@ def store_flag() -> str:
     needs no flag). Without it, a hint copied as printed (`loopwright resume RUN` after
     `approve RUN --store s.db`) read the default store: "no run 'RUN'", or no store at all
     (newuser52). A URL holding a password is not printed: ``--store "$LOOPWRIGHT_STORE"``
-    (``_hint_store.hint_flag``)."""
-    from ._hint_store import hint_flag
+    (``_hints.hint_flag``)."""
+    from .._hints import hint_flag
 
     given = _GIVEN["store"]
     if given is None:
@@ -63,7 +63,7 @@ def store_flag() -> str:
 def carry_store(text: str) -> str:
     """``text`` (a run's advice, a refusal's hint: the engine's words) with each ``loopwright
     ...`` command in it naming this command's store (``store_flag``)."""
-    from ._hint_store import carry_store as carry
+    from .._hints import carry_store as carry
 
     return carry(text, store_flag())
 

@@ -28,7 +28,7 @@ class _Console(Console):
         # names this command's store: copied as printed it acts there, not on the default's
         flag = store_flag()
         if flag:
-            from ._hint_store import carry_store
+            from .._hints import carry_store
 
             text = carry_store(text, flag if kwargs.get("markup") is False else escape(flag))
         return super().render_str(printable(text), **kwargs)

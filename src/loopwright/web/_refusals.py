@@ -116,7 +116,7 @@ def install_refusals(app: FastAPI, ctx: WebContext) -> None:
         # or the file failing under a read: the store failed, not the server. One line in the
         # log (it names the file), 503 for the visitor, as `loopwright show` says it in one
         # line; not a 500 with a traceback.
-        from ..cli._damage import store_damage
+        from ..store._damage import store_damage
 
         damage = exc if isinstance(exc, StoreCorruptError) else store_damage(exc)
         log.warning("the store failed: %s", damage if damage is not None else exc)

@@ -167,7 +167,7 @@ def run_page_data(ctx: WebContext, request: Request, run_id: str, kind: str) -> 
     )
     # the commands the advice names, copied from the page, act on the store it shows: they
     # carry --store when a bare command reads another store here (hints55)
-    from ..cli._hint_store import carry_store, hint_flag
+    from .._hints import carry_store, hint_flag, settle_command
 
     flag = hint_flag(ctx.store_url)
     data["next_here"] = carry_store(data["next_here"], flag)
@@ -193,6 +193,8 @@ def run_page_data(ctx: WebContext, request: Request, run_id: str, kind: str) -> 
     counts = store.event_counts(rid)
     # (the journal's ``reflection`` entry marks the last cycle reflected on: no effect)
     data["effects"] = [e for e in entries if e["kind"] not in ("retry", REFLECTION_KEY)]
+    for e in data["effects"]:  # the settle command the page prints, on the store it shows
+        e["settle_command"] = settle_command(rid, e["settle_key"]) + flag if e["settle_key"] else ""
     data["retries"] = [e for e in entries if e["kind"] == "retry"]
     data["event_kinds"] = sorted(counts)
     if kind:

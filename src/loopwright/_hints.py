@@ -1,4 +1,11 @@
-"""The store a printed ``loopwright ...`` command must name to act on the store it was printed
+"""The commands the engine, the CLI and the dashboard print for a person to type, and the store
+they must name (a module of its own that both ``cli`` and ``web`` import: neither reaches into
+the other's private modules).
+
+``settle_command``: the one wording of ``loopwright settle RUN KEY --done`` (an escalation's
+cause and advice, a crash's, a refund's).
+
+The store a printed ``loopwright ...`` command must name to act on the store it was printed
 for. The engine writes a run's advice (``loopwright settle RUN KEY --done``, ``loopwright
 resume RUN``, ``loopwright users add ana approver``) knowing nothing of the CLI's flags: a
 command copied from a run of ``--store s.db`` read the default store ("no run", or another
@@ -14,7 +21,7 @@ import os
 import re
 import shlex
 
-__all__ = ["FROM_ENV", "SET_IT", "carry_store", "hint_flag"]
+__all__ = ["FROM_ENV", "SET_IT", "carry_store", "hint_flag", "settle_command"]
 
 # the flag of a store whose URL holds a secret (a password, a token): the shell's value of
 # the variable, which the person sets to the URL they know
@@ -25,8 +32,14 @@ SET_IT = "set LOOPWRIGHT_STORE to its URL before the commands that name it"
 _COMMAND = re.compile(r"(`loopwright [^`]+?)(`)|(\(loopwright [^()]+?)(\))")
 
 
+def settle_command(run_id: str, key: str, *, done: bool = True) -> str:
+    """``loopwright settle RUN KEY --done`` (or ``--not-done``) for ``run_id``'s effect ``key``,
+    as a person types it (the run's short id; every word runnable as printed, polish55)."""
+    return f"loopwright settle {run_id[:12]} {key} {'--done' if done else '--not-done'}"
+
+
 def _same_store(a: str, b: str) -> bool:
-    from ..store import sqlite_file
+    from .store import sqlite_file
 
     if a == b:
         return True
@@ -38,9 +51,8 @@ def hint_flag(url: str | None) -> str:
     """`` --store URL`` for the commands printed about the store at ``url`` ('' when a bare
     command reads that store here: ``url`` is None, or it is what ``$LOOPWRIGHT_STORE`` or
     the default resolves to). A URL with a secret in it (a PostgreSQL password): ``FROM_ENV``."""
-    from .._redact import redact_text
-    from ..store import resolve_store_url
-    from ._table import printable
+    from ._redact import redact_text
+    from .store import resolve_store_url
 
     if not url:
         return ""
@@ -52,7 +64,7 @@ def hint_flag(url: str | None) -> str:
         return ""
     # (a URL a terminal would act on, `\x1b[2J` in a path, is not printed raw either: the
     # error line shows it written out, and a command printed so would not run as typed)
-    if redact_text(url) != url or printable(url) != url:
+    if redact_text(url) != url or not url.isprintable():
         return FROM_ENV
     return f" --store {shlex.quote(url)}"
 
