@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 
 import psycopg
 import pytest
@@ -23,18 +23,15 @@ from loopwright.web._feed import Feed
 from loopwright.web._notify import Notifier, NotifyConfig
 
 
-@pytest.fixture
-def hook() -> Iterator[Listener]:
-    lst = Listener([])
-    try:
-        yield lst
-    finally:
-        lst.close()
-
-
 def _settle(url: str, run_id: str) -> None:
     assert main(["settle", run_id[:12], "pay:I6", "--not-done", "--by", "ops",
                  "--store", url]) == 0  # fmt: skip
+
+
+@pytest.fixture
+def hook() -> Iterator[Listener]:
+    with closing(Listener([])) as lst:
+        yield lst
 
 
 @contextmanager
@@ -132,3 +129,24 @@ def test_a_settling_committed_late_far_behind_is_posted_once(
         (run_id, f"settled:{higher[0]}"),
         (run_id, f"settled:{row[0]}"),
     ], hook.got
+
+
+def test_history_is_not_posted_while_an_older_transaction_is_open(
+    pg_url: str, pg_schema: tuple[str, str], hook: Listener
+) -> None:
+    """PostgreSQL's "now" for a new URL is below the oldest transaction open on the server:
+    a settling committed before the URL was given, while an older transaction stayed open
+    (any client's), lies past it, and was posted as new."""
+    base = pg_schema[0]
+    old = _escalated(pg_url)
+    with psycopg.connect(base) as holder:
+        holder.execute("SELECT txid_current()")  # open, holding the horizon back
+        _settle(pg_url, old)  # committed before the URL is given
+        with _notifying(pg_url, hook) as feed:
+            new = _escalated(pg_url)
+            _settle(pg_url, new)
+            feed.poll()
+        holder.rollback()
+    with _notifying(pg_url, hook):
+        pass  # the horizon past both: the cursor moves on, nothing posted again
+    assert [r for r, _ in _settled(hook)] == [new], hook.got

@@ -365,14 +365,35 @@ class Notifier:
         if t.cursor is None:
             t.cursor = self.store.notify_cursor(t.id)
             if t.cursor is None:
-                t.cursor = self.store.settled_start()
-                self.store.set_notify_cursor(t.id, t.cursor)
+                t.cursor = self._start(t)
         return t.cursor
+
+    def _start(self, t: _Target) -> Position:
+        """A URL's first cursor: now. On PostgreSQL "now" is below the oldest transaction
+        still open anywhere on the server, and settlings committed since by younger ones
+        are visible past it: those are history too, marked so (``skipped``), never posted."""
+        start = self.store.settled_start()
+        self.store.set_notify_cursor(t.id, start)
+        after = start
+        while True:
+            rows = self.store.settlings_after(after, SETTLED_READ).rows
+            for pos, ev in rows:
+                if not self._done_before(t, self._settled_job(ev)):
+                    data = {"key": f"settled:{ev.id}", "target": t.id, "skipped": True}
+                    self.store.append_events(ev.run_id, [NewEvent(ev.cycle, MARKER, data)])
+                t.posted.add(pos)
+            if len(rows) < SETTLED_READ:
+                return start
+            after = rows[-1][0]
+
+    @staticmethod
+    def _settled_job(ev: Event) -> _Job:
+        return _Job(f"settled:{ev.id}", ev.run_id, ev.cycle, "effect_settled", dict)
 
     def _post_settled(self, t: _Target, pos: Position, ev: Event) -> bool:
         """Post one settling to ``t`` unless its marker says it was: whether it is done with
         (posted, found posted, or refused for good by a 4xx: logged)."""
-        job = _Job(f"settled:{ev.id}", ev.run_id, ev.cycle, "effect_settled", dict)
+        job = self._settled_job(ev)
         if not self._done_before(t, job):
             body = settled_body(ev, self._run(ev.run_id), self.config.link_base)
             attempts = self._send(t, job.key, job.event, body)
