@@ -20,8 +20,16 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from typing import Any
 
-__all__ = ["FROM_ENV", "SET_IT", "carry_store", "hint_flag", "settle_command"]
+__all__ = [
+    "FROM_ENV",
+    "SET_IT",
+    "carry_store",
+    "carry_store_in",
+    "hint_flag",
+    "settle_command",
+]
 
 # the flag of a store whose URL holds a secret (a password, a token): the shell's value of
 # the variable, which the person sets to the URL they know
@@ -82,3 +90,27 @@ def carry_store(text: str, flag: str) -> str:
         return f"{body}{flag}{end}"
 
     return _COMMAND.sub(add, text)
+
+
+# The words of a run's document that name commands: a record's stop cause, a packet's advice,
+# summary and stop cause (its ``trace.show`` is a bare command, not in backticks)
+_HINT_KEYS = ("stop_cause", "recommended_action", "summary")
+
+
+def carry_store_in(doc: dict[str, Any] | None, flag: str) -> dict[str, Any] | None:
+    """``doc`` (a run's record or result as a dict, or its escalation packet) with the
+    commands its words name carrying ``flag`` (``--json`` and the API, notify56: a command
+    copied from them read the default store): a copy; ``doc`` itself when ``flag`` is ''."""
+    if not flag or not isinstance(doc, dict):
+        return doc
+    out = dict(doc)
+    for k in _HINT_KEYS:
+        if isinstance(out.get(k), str):
+            out[k] = carry_store(out[k], flag)
+    trace = out.get("trace")
+    show = trace.get("show") if isinstance(trace, dict) else None
+    if isinstance(show, str) and show.startswith("loopwright ") and " --store" not in show:
+        out["trace"] = {**(trace or {}), "show": show + flag}
+    if isinstance(out.get("packet"), dict):
+        out["packet"] = carry_store_in(out["packet"], flag)
+    return out

@@ -12,6 +12,7 @@ from doc_loop import TASK
 from test_keyless_effect_failures import _paying
 
 import loopwright as lw
+from loopwright._hints import carry_store, hint_flag
 from loopwright._packet import CAUSE_LIMIT
 from loopwright.cli import main
 
@@ -36,7 +37,8 @@ def test_the_settle_command_survives_a_long_cause(
     capsys.readouterr()
     assert main(["runs", "--json", "--store", url]) == 0
     [row] = json.loads(capsys.readouterr().out)
-    assert row["stop_cause"] == cause
+    # (the same words, its commands naming the store given: notify56)
+    assert row["stop_cause"] == carry_store(cause, hint_flag(url))
     with lw.Runtime(url) as rt:
         rt.settle_effect(a.run_id, "pay:I6", done=False, by="ops")
         now = rt.store.get_run(a.run_id)

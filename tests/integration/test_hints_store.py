@@ -171,3 +171,49 @@ def test_the_run_pages_settle_commands_name_its_store(elsewhere: str) -> None:
     for cmd in coded:
         cut = cmd[: cmd.index("--result")] if "--result" in cmd else cmd
         assert cut[-2:] == ["--store", elsewhere], cmd
+
+
+def _settles(text: str) -> list[list[str]]:
+    return [c for c in _commands(text) if c[0] == "settle"]
+
+
+def _names(cmds: list[list[str]], path: str) -> bool:
+    """Each command ends with ``--store`` naming the file at ``path`` (as a path or a URL)."""
+    from loopwright.store import sqlite_file
+
+    def same(given: str) -> bool:
+        f = sqlite_file(given)
+        return f is not None and Path(f).resolve() == Path(path).resolve()
+
+    return bool(cmds) and all(c[-2] == "--store" and same(c[-1]) for c in cmds)
+
+
+def test_json_names_the_store_in_its_commands(
+    elsewhere: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """notify56: `--json` handed out the engine's words as stored, so a command copied from
+    `runs --json --store other.db` read the default store. It carries the store as the
+    printed text does."""
+    import json
+
+    _made(elsewhere)
+    with lw.Runtime(elsewhere) as rt:
+        a = rt.run_sync(_paying([], lw.TransientError), TASK)
+    rc, out = _run(capsys, "runs", "--json", "--store", elsewhere)
+    assert rc == 0, out
+    [run] = json.loads(out)
+    listed = _settles(run["stop_cause"]) + _settles(str(run["packet"]["recommended_action"]))
+    assert _names(listed, elsewhere), run
+    assert _names([shlex.split(run["packet"]["trace"]["show"])], elsewhere), run["packet"]
+    rc, out = _run(capsys, "show", a.run_id[:12], "--json", "--store", elsewhere)
+    assert rc == 0, out
+    shown = json.loads(out)["run"]
+    cmds = _settles(str(shown["packet"]["recommended_action"]))
+    assert _names(cmds, elsewhere), shown
+    rc, said = _run(capsys, *cmds[0])  # as copied
+    assert rc == 0, said
+    # the store a bare command reads here: nothing added
+    with lw.Runtime() as rt:
+        rt.run_sync(_paying([], lw.TransientError), TASK)
+    rc, out = _run(capsys, "runs", "--json")
+    assert rc == 0 and "--store" not in out, out

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from .._errors import ConfigError, check_choice
-from ._options import JsonOpt, RunArg, StoreOpt, _print_json
+from ._options import JsonOpt, RunArg, StoreOpt, _print_json, store_flag
 from ._root_app import app
 from ._stores import open_existing, unknown_filters
 
@@ -73,9 +73,17 @@ def runs(
     for line in unknown:
         typer.echo(line, err=True)
     if as_json:
+        from .._hints import carry_store_in
         from .._stored_run_words import run_stop_cause
 
-        _print_json([{**r.to_dict(), "stop_cause": run_stop_cause(r)} for r in records])
+        # (the commands in each run's words name the store given, as the table's: notify56)
+        flag = store_flag()
+        _print_json(
+            [
+                carry_store_in({**r.to_dict(), "stop_cause": run_stop_cause(r)}, flag)
+                for r in records
+            ]
+        )
         if total > len(records):
             typer.echo(
                 f"{total - len(records)} more run(s) not listed; use --limit N or --all",
@@ -204,6 +212,7 @@ def _write_show_json(st: Store, rec: RunRecord) -> None:
     """``show --json``: the run, its latest state with every version of every part, every
     cycle's record, its approvals, journal and events — the document ``json.dumps`` would
     print, written while the versions and records are read page by page."""
+    from .._hints import carry_store_in
     from .._lineage import fork_lineage
     from .._reuse_now import as_now
     from ._json_stream import Lazy, Open, write_json
@@ -228,7 +237,7 @@ def _write_show_json(st: Store, rec: RunRecord) -> None:
     write_json(
         Open(
             {
-                "run": rec.to_dict(),
+                "run": carry_store_in(rec.to_dict(), store_flag()),  # (commands: this store)
                 # a fork's origins, nearest first (a fork of a fork: every one, up to a cap)
                 "lineage": fork_lineage(st, rec).to_dict(),
                 "state": Open(doc),

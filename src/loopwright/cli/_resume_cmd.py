@@ -138,7 +138,9 @@ def resume(
         for line in next_steps(results):
             say(line, out=out)
     if as_json:
-        _print_json([r.to_dict() for r in results])
+        from .._hints import carry_store_in
+
+        _print_json([carry_store_in(r.to_dict(), store_flag()) for r in results])
     code = exit_code_for([r.status for r in results])
     if skipped and code != 1:
         raise ConfigError(

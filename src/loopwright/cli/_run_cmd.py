@@ -116,7 +116,9 @@ def run(
             loop, items, keys, store, concurrency or 8, quiet=as_json, held=held, token=token
         )
     if as_json:
-        _print_json([r.to_dict() for r in results])
+        from .._hints import carry_store_in
+
+        _print_json([carry_store_in(r.to_dict(), store_flag()) for r in results])
     else:
         from ._resume_cmd import next_steps
         from ._say import say
