@@ -167,8 +167,14 @@ def test_the_approvals_hint_for_one_request_names_its_run(project: Path) -> None
     assert lw("run", "loop.toml", "--task", "t.json", cwd=project, store=store).returncode == 4
     run_id = json.loads(lw("approvals", "--json", cwd=project, store=store).stdout)[0]["run_id"]
     hint = lw("approvals", cwd=project, store=store).stdout.strip().splitlines()[-2:]
-    assert hint[0] == f"decide with: loopwright approve {run_id[:12]} [--note TEXT] (or deny)"
+    assert hint[0] == (
+        f"decide with: loopwright approve {run_id[:12]} (or deny; --note TEXT records why)"
+    )
     assert hint[1].startswith(f"then: loopwright resume {run_id[:12]}")
+    # pasted as printed, it decides (notify56: `[--note TEXT]` typed as printed was refused)
+    pasted = hint[0].removeprefix("decide with: ").split(" (or")[0]
+    r = lw(*shlex.split(pasted)[1:], "--by", "ann", cwd=project, store=store)
+    assert r.returncode == 0, r.stderr
 
 
 def test_a_changed_task_under_an_existing_runs_key_is_said_not_silently_ignored(

@@ -149,7 +149,7 @@ def _decide_hint(
         elif a.kind == "question":
             how = f"loopwright answer {run} ANSWER{me}"
         else:
-            how = f"loopwright approve {run}{me} [--note TEXT] (or deny)"
+            how = f"loopwright approve {run}{me} (or deny; --note TEXT records why)"
         if only is not None and not only.spec_ref:
             return f"decide with: {how}\nthen: {continue_hint(only, 'continue it')}"
         return f"decide with: {how}\nthen: loopwright resume {run} (or add --resume above)"
