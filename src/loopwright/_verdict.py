@@ -306,7 +306,8 @@ def undecided_note(verdict: Mapping[str, Any]) -> str:
     """What a person reading a verdict (stored form, ``Verdict.to_dict``) must know of the tests
     behind it not decided outside the candidate's process: a pass's tests its own process
     decided (the sandbox's ``evidence.self_reported``, stop 54), ``"3 of 40 tests
-    self-reported: the candidate could have forged them"``; a failure resting only on tests
+    self-reported: the candidate could have forged them"``, or every test where the judge was
+    within its reach (``evidence.not_separated``, stop 56, which the note names); a failure resting only on tests
     ``judged_only`` refused for their form (``not_judged_count``, stop 56), ``"1 of 2 tests not
     judged, refused by judged_only: nothing decided the failure"``; else ``""``. Any other
     failure is a failure whoever decided its tests."""
@@ -325,4 +326,10 @@ def undecided_note(verdict: Mapping[str, Any]) -> str:
     if not isinstance(mine, list) or not mine:
         return ""
     tests = "test" if len(mine) == 1 and not of else "tests"
+    apart = ev.get("not_separated")
+    if isinstance(apart, str) and apart:  # (every test: the judge's lines were in its reach)
+        return (
+            f"{len(mine)}{of} {tests} self-reported: the judge was not separated from the "
+            f"candidate ({apart}), which could have forged them"
+        )
     return f"{len(mine)}{of} {tests} self-reported: the candidate could have forged them"

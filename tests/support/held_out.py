@@ -20,14 +20,19 @@ def held_out_loop(
     visible: Callable[[lw.TaskState, lw.Proposal], lw.Verdict],
     *,
     judged_only: bool = False,
+    **options: Any,
 ) -> lw.Loop:
+    """``options``: more of the held-out ``CommandVerifier``'s (``isolate``,
+    ``allow_unisolated``)."""
     return lw.Loop(
         name="held",
         actor=actor,
         verifiers=[
             lw.Check(fn=visible, name="visible"),
             lw.Check(
-                fn=CommandVerifier(tests_key="held_out.tests", judged_only=judged_only),
+                fn=CommandVerifier(
+                    tests_key="held_out.tests", judged_only=judged_only, **options
+                ),
                 name="hidden_tests",
                 held_out=True,
             ),

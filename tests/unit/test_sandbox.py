@@ -194,8 +194,10 @@ def test_audit_hook_fallback_without_namespace(tmp_path: Path) -> None:
         "boundary": "none",
         "network": "audit-hook",
         "user": "unchanged",
-        # no user to drop to: a root worker could reach the judge, and the layer says so
-        "verdict": "judge" if os.geteuid() != 0 else "judge (worker keeps root: not separated)",
+        # no boundary: the judge's lines are in the worker's reach (a root one's the more), so
+        # every test is self-reported and the layer says why (stop 56)
+        "verdict": "self-reported: 1 of 1 tests (judge not separated: no boundary (isolation "
+        + ("none))" if os.geteuid() != 0 else "none), the worker keeps root)"),
     }
     assert "network access is not allowed" in (r.tests[0].actual or "")
     target = tmp_path / "out.txt"

@@ -131,6 +131,9 @@ class SandboxResult:
             ``audit-hook``), ``user`` (``nobody`` or ``unchanged``), ``verdict`` (``judge``:
             every test decided outside the candidate's process; ``self-reported: N of M
             tests`` otherwise).
+        not_separated: why the judge's result lines were within the candidate's reach (no
+            boundary, a worker that keeps root: ``_run_tests.not_separated``), ``""`` where
+            they were not; when set, every test is ``self_reported`` and none ``not_judged``.
     """
 
     status: SandboxStatus
@@ -140,6 +143,7 @@ class SandboxResult:
     output: str = ""
     isolation: str = "none"
     layers: dict[str, str] = field(default_factory=dict)
+    not_separated: str = ""
 
     @property
     def passed(self) -> bool:
@@ -163,4 +167,5 @@ class SandboxResult:
             "output": self.output,
             "isolation": self.isolation,
             "layers": dict(self.layers),
+            "not_separated": self.not_separated,
         }

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from .._errors import ConfigError
 from ._boundary import (
@@ -140,6 +141,7 @@ def run_tests(
     python = python or sys.executable
     boundary = sandbox_boundary(isolate=isolate, allow_unisolated=allow_unisolated, python=python)
     ids = _nobody(python, boundary) if (isolate and os.geteuid() == 0) else None
+    apart = not_separated(boundary, keeps_root=os.geteuid() == 0 and ids is None)
     job = {
         "code": code,
         "tests": tests,
@@ -228,10 +230,28 @@ def run_tests(
             limits,
             cpu_s,
             boundary,
+            apart,
         )
     finally:
         os.close(home)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def not_separated(boundary: str, *, keeps_root: bool) -> str:
+    """Why the judge's result lines are within the candidate's reach, in words, or ``""``
+    where they are not: the parent's word, from what it set up (a line the child writes could
+    be the candidate's). The worker keeps root (``isolation="none"`` run as root, an
+    interpreter ``nobody`` cannot read): it can open the judge's descriptors, its result pipe
+    among them, whatever the judge's dumpable flag says. No boundary (``isolation="none"``):
+    no PID namespace hides the judge, nor this process (the same user, holding the other end
+    of that pipe), from the worker; the audit hook alone stands between, and it is no boundary
+    against code written to pass it. Then every test's verdict, judged or not, is the
+    candidate's to forge: ``_parse`` marks them all self-reported (stop 56)."""
+    why = [
+        *(["no boundary (isolation none)"] if boundary == "none" else []),
+        *(["the worker keeps root"] if keeps_root else []),
+    ]
+    return ", ".join(why)
 
 
 def _output_tail(home: int) -> str:
@@ -280,6 +300,7 @@ def _parse(
     limits: Limits,
     cpu_s: int,
     boundary: str,
+    apart: str = "",
 ) -> SandboxResult:
     got: dict[int, TestResult] = {}
     isolation: dict[str, str] = {"boundary": boundary}
@@ -328,8 +349,16 @@ def _parse(
         got.get(i) or TestResult(t, False, actual=reason, error=f"not finished: {reason}")
         for i, t in enumerate(tests)
     )
-    if "verdict" in isolation:  # the judge's word, with the tests it could not decide
+    if apart:
+        # the judge's lines could be the candidate's (``not_separated``): every verdict is its
+        # word, and no refusal's mark (``not_judged`` takes a failure out of the count) holds
+        results = tuple(replace(r, self_reported=True, not_judged=False) for r in results)
+        n = len(results)
+        isolation["verdict"] = f"self-reported: {n} of {n} tests (judge not separated: {apart})"
+    elif "verdict" in isolation:  # the judge's word, with the tests it could not decide
         mine = sum(r.self_reported for r in results)
         if mine:
             isolation["verdict"] = f"self-reported: {mine} of {len(results)} tests"
-    return SandboxResult(status, results, reason, seconds, output, boundary, isolation)
+    return SandboxResult(
+        status, results, reason, seconds, output, boundary, isolation, not_separated=apart
+    )

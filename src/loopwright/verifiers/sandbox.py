@@ -55,8 +55,10 @@ expected value ever enters the candidate's process.
 
 Limitations, stated plainly: an audit hook is not a security boundary against code written to
 defeat it (with ``isolation="none"`` it is all there is); a self-reported verdict can be forged
-by a candidate written to; and where the worker keeps root (no ``nobody`` possible) it can
-reach the judge. docs/security.md has the threat model.
+by a candidate written to; and where the worker keeps root (no ``nobody`` possible) or no
+boundary separates it from the judge (``isolation="none"``), it can reach the judge's result
+lines: then every test is marked self-reported, none ``not_judged``, and the result's
+``not_separated`` says why (stop 56). docs/security.md has the threat model.
 
 Per-test semantics follow LDB's executor (``programming/executors/py_executor.py``): each test
 is executed after re-executing ``preamble + code`` in one namespace shared by the tests of a
@@ -278,6 +280,9 @@ class CommandVerifier:
                     if result.isolation == "none"
                     else {}
                 ),
+                # why the judge's lines were within the candidate's reach: then every test is
+                # in ``self_reported`` and none in ``not_judged`` (``_run_tests.not_separated``)
+                **({"not_separated": result.not_separated} if result.not_separated else {}),
                 "seconds": round(result.seconds, 4),
             },
             usage=Usage(0.0, 0, result.seconds),
