@@ -91,3 +91,33 @@ def test_a_failure_resting_on_refused_tests_is_not_a_false_success(url: str) -> 
     assert m.basis["false_success_rate"] == (1, 1), m.basis
     assert m.held_out_self_reported == 1
     assert {r.run_id: r.false_success for r in m.per_run} == {refused: None, failed: True}
+
+
+def test_the_eval_case_says_the_verdict_as_the_api_does(url: str) -> None:
+    """Both writers of an eval case (``eval_case`` and the streamed ``write_eval_case``, which
+    ``export eval-cases`` uses) carry ``held_out_verdict``, the word ``RunRecord.to_dict`` and
+    ``/api/runs`` give (stop 56, heldout56b: a case had the raw fields alone, and a reader had
+    to re-derive the rule)."""
+    import io
+    import json
+
+    from loopwright.trace import write_eval_case
+    from loopwright.web._views import run_summary
+
+    runs = {
+        _run(url, JUDGED): "pass",
+        _run(url, MIXED): "pass_self_reported",
+        _run(url, MIXED, judged_only=True): "fail_not_judged",
+        _run(url, JUDGED, code="def add(a, b):\n    return 4\n"): "fail",
+    }
+    with lw.Runtime(url) as rt:
+        for run_id, word in runs.items():
+            rec = rt.store.get_run(run_id)
+            case = eval_case(rt.store, run_id)
+            out = io.StringIO()
+            write_eval_case(rt.store, run_id, out)
+            streamed = json.loads(out.getvalue())
+            assert case["held_out_verdict"] == streamed["held_out_verdict"] == word, case
+            assert rec.to_dict()["held_out_verdict"] == word
+            assert run_summary(rec)["held_out_verdict"] == word
+            assert streamed == json.loads(json.dumps(case, default=str))

@@ -21,6 +21,7 @@ from .._errors import ConfigError
 from .._inherited import fork_seq
 from .._redact import redact
 from .._state import TaskState
+from .._verdict import held_out_words
 from ..store import Approval, Checkpoint, RunRecord, Store
 from ._otlp import _spool, _spooled
 from ._run_cycles import _Cycle, _iter_cycles, ended_run_ids
@@ -124,6 +125,9 @@ def _case_halves(
         "held_out_passed": rec.held_out_passed,
         # any: the verdict rests on tests not decided outside the candidate's process
         "held_out_self_reported": rec.held_out_self_reported,
+        # the two as one word, as /api/runs and ``RunRecord.to_dict`` say it
+        # (``_verdict.held_out_words``): None, pass, fail, pass_self_reported, fail_not_judged
+        "held_out_verdict": held_out_words(rec.held_out_passed, rec.held_out_self_reported).kind,
         "human_decisions": [_decision(a) for a in store.approvals(run_id=rec.run_id)],
         "final_artifacts": final.values(),
         "accepted_artifacts": final.accepted_values(),
