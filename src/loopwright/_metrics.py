@@ -174,7 +174,11 @@ class Metrics:
             held-out failure resting on tests ``judged_only`` refused (nothing decided them).
         held_out_self_reported: selected runs whose held-out pass rests on self-reported tests,
             or whose failure on tests ``judged_only`` refused (left out of the two rates
-            above; a count, not a metric).
+            above; a count, not a metric): the sum of the next two.
+        held_out_pass_self_reported: those of them whose held-out verdict passed (``pass*``,
+            ``held_out_verdict`` ``pass_self_reported``).
+        held_out_fail_not_judged: those whose held-out verdict failed, resting only on refused
+            tests (``fail*``, ``fail_not_judged``).
         regression_rate: regressing cycles / checked cycles. A checked cycle is a concluded
             cycle with visible verdicts that has a previous such cycle in its run's kept
             lineage (a rollback to cycle k leaves the last one at or before k; a fork's first
@@ -238,6 +242,8 @@ class Metrics:
     stop_reasons: Mapping[str, int]
     stopped_by: Mapping[str, int] = field(default_factory=dict)
     held_out_self_reported: int = 0
+    held_out_pass_self_reported: int = 0
+    held_out_fail_not_judged: int = 0
     human_review_cost_per_accepted_usd: float | None = None
     review_cost_usd: float | None = None
     basis: Mapping[str, tuple[float, float]] = field(default_factory=dict)
@@ -261,6 +267,8 @@ class Metrics:
             "accepted": self.accepted,
             "spend_usd": self.spend_usd,
             "held_out_self_reported": self.held_out_self_reported,
+            "held_out_pass_self_reported": self.held_out_pass_self_reported,
+            "held_out_fail_not_judged": self.held_out_fail_not_judged,
         }
         out.update({name: getattr(self, name) for name in METRIC_NAMES})
         if self.review_cost_usd is not None:
@@ -366,6 +374,12 @@ def summarize(
     if not rows:
         values["spend_after_last_improvement_usd"] = None
         undefined["spend_after_last_improvement_usd"] = "no runs selected"
+    # held-out verdicts that are not independent ones (``_verdict.independent``), by kind
+    marked = [
+        r.held_out_passed
+        for r in rows
+        if r.held_out_passed is not None and r.held_out_independent is None
+    ]
     reasons = Counter(r.stop_reason for r in rows if r.stop_reason)
     groups = Counter(r.stopped_by for r in rows if r.stopped_by)
     return Metrics(
@@ -375,9 +389,9 @@ def summarize(
         spend_usd=spend,
         stop_reasons={k: reasons.get(k, 0) for k in (*STOP_REASONS, *sorted(reasons))},
         stopped_by={k: groups.get(k, 0) for k in (*STOPPED_BY, *sorted(groups))},
-        held_out_self_reported=sum(
-            1 for r in rows if r.held_out_passed is not None and r.held_out_independent is None
-        ),
+        held_out_self_reported=len(marked),
+        held_out_pass_self_reported=sum(1 for passed in marked if passed),
+        held_out_fail_not_judged=sum(1 for passed in marked if not passed),
         review_cost_usd=review_cost_usd,
         basis=basis,
         undefined={k: undefined[k] for k in (*METRIC_NAMES, REVIEW_COST_METRIC) if k in undefined},

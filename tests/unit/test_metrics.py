@@ -595,6 +595,26 @@ def test_verified_completion_counts_accepted_runs_that_passed_held_out() -> None
     assert m.undefined["verified_completion_rate"] == "no run has a held-out verdict"
 
 
+def test_the_held_out_verdicts_left_out_are_counted_by_kind() -> None:
+    """``held_out_self_reported`` is the sum of two kinds, and the JSON says each (stop 56,
+    heldout56b: one number, which only the CLI split, from the per-run rows)."""
+    rows = [
+        _ended("p1", "success", held_out_passed=True, held_out_self_reported=2),  # pass*
+        _ended("p2", "no_progress", held_out_passed=True, held_out_self_reported=1),  # pass*
+        _ended("f1", "success", held_out_passed=False, held_out_self_reported=1),  # fail*
+        _ended("i1", "success", held_out_passed=True, held_out_self_reported=0),  # pass
+        _ended("i2", "success", held_out_passed=False, held_out_self_reported=0),  # FAIL
+        _ended("u1", "success", held_out_passed=True, held_out_self_reported=None),  # unknown
+    ]
+    m = summarize(rows)
+    assert (m.held_out_pass_self_reported, m.held_out_fail_not_judged) == (2, 1)
+    assert m.held_out_self_reported == 3
+    d = m.to_dict()
+    assert d["held_out_self_reported"] == 3
+    assert (d["held_out_pass_self_reported"], d["held_out_fail_not_judged"]) == (2, 1)
+    assert m.basis["false_success_rate"] == (1, 3)  # i1, i2, u1 (counted as before stop 55)
+
+
 def test_exception_rate_is_runs_with_a_failure_over_runs() -> None:
     rows = [
         metrics_of(run_row(run_id="a"), evs=events("started", "retry")),

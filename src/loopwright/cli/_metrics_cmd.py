@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from .._errors import ConfigError
 from .._money_text import usd, usd_digits
-from .._verdict import held_out_words
 from ._app import JsonOpt, StoreOpt, _print_json, app, as_options
 from ._stores import existing_store, open_existing, unknown_filters
 
@@ -161,21 +159,18 @@ def _table(m: Metrics, *, width: int) -> object:
         basis = _basis(name, *num_den) if num_den else ""
         cells.append((name, _fmt(name, m.value(name)), basis))
     notes = [f"{n} is n/a: {escape(m.undefined[n])}" for n in names if n in m.undefined]
-    # the runs without an independent held-out verdict, by kind (``held_out_words``): the
-    # count is of both (a failure resting only on refused tests read as a pass)
-    marked = Counter(
-        held_out_words(r.held_out_passed, r.held_out_self_reported).kind for r in m.per_run
-    )
+    # the runs without an independent held-out verdict, by kind (``Metrics``' split of
+    # ``held_out_self_reported``: a failure resting only on refused tests read as a pass)
     which = [
         f"{n} {what}"
         for n, what in (
             (
-                marked["pass_self_reported"],
+                m.held_out_pass_self_reported,
                 "held-out pass(es) resting on self-reported tests (the candidate's own process "
                 "decided them)",
             ),
             (
-                marked["fail_not_judged"],
+                m.held_out_fail_not_judged,
                 "held-out failure(s) resting only on tests judged_only refused (nothing "
                 "decided them)",
             ),
