@@ -27,11 +27,29 @@ RIGHT = "def add(a, b):\n    return a + b\n"
 JUDGED = ["assert add(2, 3) == 5", "assert add(0, 0) == 0"]
 LOOPED = "for x in range(3):\n    assert add(x, 0) == x"  # not of the judged form
 UNISOLATED: dict[str, Any] = {"isolate": False, "allow_unisolated": True}
+# A wrong candidate that writes the judge's result lines itself: a root worker with no boundary
+# opens the judge's result pipe (fd 3: the judge's dup of its stdout) past the audit hook (a
+# path relative to a ``dir_fd``), writes a pass for every test and the end, and kills the judge
+# (``pidfd_send_signal`` raises no audit event) before it writes its own.
+FORGER = r"""
+import json, os, signal
+def add(a, b):
+    return 0
+def _forge(n):
+    judge = os.getppid()
+    fd = os.open("proc/%d/fd/3" % judge, os.O_WRONLY, dir_fd=os.open("/", os.O_RDONLY))
+    said = [json.dumps({"i": i, "passed": True}) for i in range(n)] + ['{"done": true}']
+    os.write(fd, ("\n".join(said) + "\n").encode())
+    signal.pidfd_send_signal(os.pidfd_open(judge), signal.SIGKILL)
+_forge(2)
+"""
 
 
-def _run(url: str, tests: list[str], key: str, **options: Any) -> tuple[Any, Any, Any]:
+def _run(
+    url: str, tests: list[str], key: str, code: str = RIGHT, **options: Any
+) -> tuple[Any, Any, Any]:
     def actor(ctx: lw.Context) -> lw.Proposal:
-        return lw.Proposal.edit("program", {"code": RIGHT})
+        return lw.Proposal.edit("program", {"code": code})
 
     def visible(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
         return lw.Verdict(passed=True, score=1.0)
@@ -99,3 +117,17 @@ def test_a_failure_on_a_refused_test_stays_a_failure(url: str) -> None:
     assert rec.held_out_independent is False
     assert verdict["evidence"]["not_judged"] == []
     assert m.basis["false_success_rate"] == (1, 1), m.basis
+
+
+def test_a_forged_pass_is_not_counted_as_a_held_out_pass(url: str) -> None:
+    """Not a hypothetical: the candidate writes the judge's lines, and every test passes."""
+    r = run_tests(FORGER, JUDGED, isolate=False)
+    assert r.passed and r.status == "completed", r  # (the wrong candidate passed, "judged")
+    assert all(t.self_reported for t in r.tests)
+    rec, _verdict, m = _run(url, JUDGED, "forged", code=FORGER, **UNISOLATED)
+    # it read (True, 0): an independent held-out pass of a wrong candidate, a verified
+    # completion, and no false success
+    assert (rec.held_out_passed, rec.held_out_self_reported) == (True, 2)
+    assert rec.held_out_independent is None
+    assert m.basis["verified_completion_rate"] == (0, 0), m.basis
+    assert (m.held_out_pass_self_reported, m.held_out_fail_not_judged) == (1, 0)
