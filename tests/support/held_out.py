@@ -30,9 +30,7 @@ def held_out_loop(
         verifiers=[
             lw.Check(fn=visible, name="visible"),
             lw.Check(
-                fn=CommandVerifier(
-                    tests_key="held_out.tests", judged_only=judged_only, **options
-                ),
+                fn=CommandVerifier(tests_key="held_out.tests", judged_only=judged_only, **options),
                 name="hidden_tests",
                 held_out=True,
             ),

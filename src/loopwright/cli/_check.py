@@ -179,15 +179,26 @@ def review(loop: Loop) -> list[dict[str, str]]:
     forgeable = [
         v.name for v in loop.held_out if isinstance(v.fn, CommandVerifier) and not v.fn.judged_only
     ]
-    if forgeable:
-        add(
-            "Can the candidate decide its own held-out tests?",
-            False,
-            f"yes, where a test is not of the judged form: {', '.join(forgeable)} run(s) such "
-            "tests in the candidate's own process (self-reported, marked in the verdict), which "
-            "could forge them (such a pass is marked, and false_success_rate leaves it out); "
-            "set judged_only = true to fail them instead",
-        )
+    # and every test, judged or not, where the judge is within its reach (stop 56)
+    apart = {
+        v.name: why
+        for v in loop.held_out
+        if isinstance(v.fn, CommandVerifier) and (why := v.fn.not_separated())
+    }
+    said = [
+        f"yes, where a test is not of the judged form: {', '.join(forgeable)} run(s) such "
+        "tests in the candidate's own process (self-reported, marked in the verdict), which "
+        "could forge them (such a pass is marked, and false_success_rate leaves it out); "
+        "set judged_only = true to fail them instead"
+    ] * bool(forgeable)
+    said += [
+        f"yes, every test of {name}: its judge is not separated from the candidate ({why}), "
+        "which can write its verdicts (each is marked self-reported, and false_success_rate "
+        "leaves such a pass out); run it inside a boundary (bwrap) as a user other than root"
+        for name, why in apart.items()
+    ]
+    if said:
+        add("Can the candidate decide its own held-out tests?", False, "; ".join(said))
 
     if loop.reflector is not None:
         fn = loop.reflector

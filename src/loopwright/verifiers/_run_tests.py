@@ -33,7 +33,7 @@ from ._harness import _HARNESS, STAR_MODULES, preamble_stars
 from ._results import Limits, SandboxResult, SandboxStatus, TestResult, checked_run
 from ._worker import _WORKER
 
-__all__ = ["DEFAULT_PREAMBLE", "run_tests"]
+__all__ = ["DEFAULT_PREAMBLE", "judge_apart", "not_separated", "run_tests"]
 
 DEFAULT_PREAMBLE = "from typing import *"
 """Executed before the candidate code, as LDB's executor does."""
@@ -252,6 +252,19 @@ def not_separated(boundary: str, *, keeps_root: bool) -> str:
         *(["the worker keeps root"] if keeps_root else []),
     ]
     return ", ".join(why)
+
+
+def judge_apart(*, isolate: bool = True, allow_unisolated: bool = False) -> str:
+    """``not_separated`` for a run of this interpreter with these options, before any runs
+    (``loopwright check``): ``""`` where the judge would be out of the candidate's reach, or
+    where no run would start (no boundary, and running without one not allowed)."""
+    try:
+        boundary = sandbox_boundary(isolate=isolate, allow_unisolated=allow_unisolated)
+    except ConfigError:
+        return ""
+    root = os.geteuid() == 0
+    keeps_root = root and not (isolate and _nobody(sys.executable, boundary))
+    return not_separated(boundary, keeps_root=keeps_root)
 
 
 def _output_tail(home: int) -> str:

@@ -88,7 +88,7 @@ from ._boundary import (
     sandbox_boundary,
 )
 from ._results import Limits, SandboxResult, TestResult, checked_run
-from ._run_tests import DEFAULT_PREAMBLE, run_tests
+from ._run_tests import DEFAULT_PREAMBLE, judge_apart, run_tests
 
 __all__ = [
     "ALLOW_UNISOLATED_ENV",
@@ -184,6 +184,12 @@ class CommandVerifier:
         if isinstance(raw, str):
             return [raw]
         return [str(t) for t in raw]
+
+    def not_separated(self) -> str:
+        """Why this verifier's judge would be within the candidate's reach here (no boundary,
+        a worker that keeps root: every test self-reported, ``SandboxResult.not_separated``),
+        or ``""``."""
+        return judge_apart(isolate=self.isolate, allow_unisolated=self.allow_unisolated)
 
     def code_for(self, state: TaskState) -> str:
         art = state.artifacts.get(self.artifact)
