@@ -258,8 +258,8 @@ class HeldOutWords:
 
 PASS_STAR_LEGEND = (
     "pass*: a held-out pass resting on self-reported tests (decided in the candidate's own "
-    "process, which could have forged them): not counted as a held-out pass by "
-    "false_success_rate"
+    "process, or by a judge within its reach, so it could have forged them): not counted as "
+    "a held-out pass by false_success_rate"
 )
 FAIL_STAR_LEGEND = (
     "fail*: a held-out failure resting only on tests judged_only refused (not of the form the "
@@ -281,8 +281,9 @@ def held_out_words(passed: bool | None, mark: int | None) -> HeldOutWords:
     n = f"{mark} test{'' if mark == 1 else 's'}"
     if passed:
         note = (
-            f"{n} self-reported: decided in the candidate's own process, which could have "
-            "forged them; not counted as a held-out pass by false_success_rate"
+            f"{n} self-reported: decided in the candidate's own process, or by a judge within "
+            "its reach, so it could have forged them; not counted as a held-out pass by "
+            "false_success_rate"
         )
         return HeldOutWords(
             "pass_self_reported",
