@@ -2,10 +2,14 @@
 READMEs is executed, so a snippet cannot rot unnoticed.
 
 The blocks of one file run in order in one namespace (a page reads top to bottom, and a later
-block may use what an earlier one defined), in a fresh subprocess whose working directory is a
-scratch copy of the checkout's ``examples/`` and ``tests/data/`` (the docs are written to be run
-from the repository root) with no store yet: the default store, ``./.loopwright/loopwright.db``,
-is a fresh file there. ``OPENAI_BASE_URL`` points at a ``loopwright.testing.FakeOpenAI`` on
+block may use what an earlier one defined), in a process of their own whose working directory is
+a scratch copy of the checkout's ``examples/`` and ``tests/data/`` (the docs are written to be
+run from the repository root) with no store yet: the default store,
+``./.loopwright/loopwright.db``, is a fresh file there. That process (and ``loopwright demo``'s
+before a page that needs it) is forked from one that imported loopwright once
+(tests/forkserver.py, ``run_child``: a fresh interpreter's start and imports cost CPU SECONDS per
+page); what a page runs, its exit code, output and files are as a ``python`` subprocess's.
+``OPENAI_BASE_URL`` points at a ``loopwright.testing.FakeOpenAI`` on
 loopback, so nothing a snippet does can reach a real model.
 
 Markers, written as an HTML comment on the line before a block (rare on purpose — each one is
@@ -36,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from forkserver import run_child
 
 import loopwright as lw
 from loopwright.testing import FakeOpenAI
@@ -99,8 +104,10 @@ ALL = [b for p in PAGES for b in blocks(p)]
 PYTHON = [b for b in ALL if b.lang == "python"]
 RUNNABLE_PAGES = sorted({b.page for b in PYTHON if b.marker != "no-run"})
 
+# (run as ``python RUNNER BLOCKS``: ``sys.path[0]`` is the working folder, as ``python -c`` has it)
 _RUNNER = r"""
 import json, sys, traceback
+sys.path[0] = ""
 ns = {"__name__": "__main__"}
 for b in json.load(open(sys.argv[1], encoding="utf-8")):
     try:
@@ -146,29 +153,15 @@ def test_python_snippets_run(page: str, tmp_path: Path, fake_openai: FakeOpenAI)
     work = _checkout(tmp_path)
     env = _env(fake_openai)
     exe = Path(sys.executable).with_name("loopwright")
-    if any(b.marker == "after-demo" for b in todo):
-        demo = subprocess.run(
-            [str(exe), "demo"],
-            check=False,
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-        )
+    if any(b.marker == "after-demo" for b in todo):  # the console script, as `python SCRIPT`
+        demo = run_child([sys.executable, exe, "demo"], env, TIMEOUT_S, cwd=work)
         assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
     before = _files(work)
     spec = tmp_path / "blocks.json"
     spec.write_text(json.dumps([{"page": b.page, "line": b.line, "code": b.code} for b in todo]))
-    r = subprocess.run(
-        [sys.executable, "-c", _RUNNER, str(spec)],
-        check=False,
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+    runner = tmp_path / "runner.py"
+    runner.write_text(_RUNNER, encoding="utf-8")
+    r = run_child([sys.executable, runner, spec], env, TIMEOUT_S, cwd=work)
     assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
     ran = re.findall(r"^SNIPPET OK: (\S+)$", r.stdout, re.M)
     assert ran == [b.where for b in todo]
@@ -386,15 +379,9 @@ def test_the_fake_openai_example_runs_on_its_own(tmp_path: Path) -> None:
         and "from loopwright.testing import FakeOpenAI, fail" in b.code
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPWRIGHT_", "OPENAI_"))}
-    r = subprocess.run(
-        [sys.executable, "-c", block.code],
-        check=False,
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    script = tmp_path / "pasted.py"  # as a reader saves it, run as `python pasted.py`
+    script.write_text(block.code, encoding="utf-8")
+    r = run_child([sys.executable, script], env, 120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
 
 
