@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from forkserver import run_cli
 from support.modules import load_sibling
 
 import loopwright
@@ -95,15 +96,14 @@ def _fill(path: Path, n: int) -> list[str]:
 def _subprocess(
     *args: str, store: Path, columns: str | None = "80"
 ) -> subprocess.CompletedProcess[str]:
-    """The console script with its output piped, as a script or `| less` sees it."""
+    """The console script with its output piped, as a script or `| less` sees it: forked from a
+    process that imported the CLI once (tests/forkserver.py, ``run_cli``)."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LOOPWRIGHT_DEBUG")}
     if columns is not None:
         env["COLUMNS"] = columns
     env["LOOPWRIGHT_STORE"] = str(store)
     exe = Path(sys.executable).with_name("loopwright")
-    return subprocess.run(
-        [str(exe), *args], env=env, capture_output=True, text=True, check=False, timeout=120
-    )
+    return run_cli([str(exe), *args], env, timeout=120)
 
 
 # --- a missing store is refused, and not created -------------------------------------------
