@@ -19,8 +19,9 @@ listed in ``NO_RUN`` below, so adding one means changing this test):
 * ``<!-- snippet: after-demo -->`` — the file's blocks run after ``loopwright demo`` filled the
   default store, as in the README's quick start.
 
-Also checked: every ```python block that parses passes ``mypy --strict``; every ```toml block
-parses; every ``loopwright …`` command in a console or bash
+Also checked: every ```python block that parses passes ``mypy --strict``; a page reads no
+submodule (``lw.store``) it does not import, which the forked process has bound and a fresh one
+not; every ```toml block parses; every ``loopwright …`` command in a console or bash
 block, or inline in prose, names subcommands that exist (``--help`` exits 0) and options they take; the tables of docs/concepts.md list
 exactly the package's stop reasons, metrics and feedback signals.
 """
@@ -367,6 +368,86 @@ def test_the_metrics_page_defines_every_metric() -> None:
     assert list(shown["stopped_by"]) == list(STOPPED_BY)
     groups = _table("docs/metrics.md", "`stopped_by` groups")
     assert [r[0] for r in groups] == list(STOPPED_BY)
+
+
+def _submodules_read(code: str) -> tuple[set[tuple[str, str, int]], set[str]]:
+    """``(package, name, line)`` for each ``alias.name`` read where ``alias`` is a package bound
+    by ``import package [as alias]``, and the dotted names the code imports itself."""
+    import ast
+
+    tree = ast.parse(code)
+    bound: dict[str, str] = {}
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                imported.add(a.name)
+                bound[a.asname or a.name.split(".")[0]] = (
+                    a.name if a.asname else a.name.split(".")[0]
+                )
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            imported.update([node.module, *(f"{node.module}.{a.name}" for a in node.names)])
+    read = {
+        (bound[n.value.id], n.attr, n.lineno)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in bound
+    }
+    return read, imported
+
+
+def test_snippets_import_the_submodules_they_read(tmp_path: Path) -> None:
+    """The pages' blocks run forked from a process that had imported loopwright's engine and
+    stores (tests/forkserver.py), where ``lw.store`` is bound; in a reader's fresh interpreter
+    ``import loopwright as lw`` leaves it unbound (``AttributeError``) until something imports
+    ``loopwright.store``. So the submodules a page reads as ``alias.name`` it imports itself:
+    each ``package.name`` that is a module, that a fresh ``import package`` leaves unbound, and
+    that the page (or the block run on its own) does not import, is listed. One fresh
+    interpreter answers for every such name."""
+    units = [
+        [b for b in PYTHON if b.page == page and b.marker != "no-run"] for page in RUNNABLE_PAGES
+    ]
+    units += [[b] for b in PYTHON if b.marker != "no-run"]  # a block pasted alone
+    found: dict[tuple[str, str], list[str]] = {}
+    for unit in units:
+        imported: set[str] = set()
+        reads = []
+        for b in unit:
+            read, imp = _submodules_read(b.code)
+            imported |= imp
+            reads += [(pkg, name, f"{b.page}:{b.line + line - 1}") for pkg, name, line in read]
+        for pkg, name, where in reads:
+            if f"{pkg}.{name}" not in imported:
+                found.setdefault((pkg, name), []).append(where)
+    assert found  # (the check reads something: `lw.Loop`, `asyncio.run`...)
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import importlib, importlib.util, json, sys\n"
+        "pairs = json.loads(sys.argv[1])\n"
+        "bound = {}\n"  # each package's names as its import alone leaves them, before any read
+        "for pkg, _ in pairs:\n"
+        "    try:\n"
+        "        bound.setdefault(pkg, set(vars(importlib.import_module(pkg))))\n"
+        "    except ImportError:\n"  # (a page's own module: running the page judges it)
+        "        bound[pkg] = None\n"
+        "bad = []\n"
+        "for pkg, name in pairs:\n"
+        "    mod = sys.modules.get(pkg)\n"
+        "    if bound[pkg] is None or name in bound[pkg] or getattr(mod, '__path__', None) is None:\n"
+        "        continue\n"
+        "    if importlib.util.find_spec(f'{pkg}.{name}') is not None:\n"
+        "        bad.append([pkg, name])\n"
+        "print(json.dumps(bad))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, str(probe), json.dumps(sorted(found))],
+        check=False, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    unbound = [
+        f"{found[(pkg, name)][0]}: {pkg}.{name} read, not imported"
+        for pkg, name in json.loads(r.stdout)
+    ]
+    assert not unbound, "\n".join(unbound)
 
 
 def test_the_fake_openai_example_runs_on_its_own(tmp_path: Path) -> None:
