@@ -7,9 +7,9 @@ a scratch copy of the checkout's ``examples/`` and ``tests/data/`` (the docs are
 run from the repository root) with no store yet: the default store,
 ``./.loopwright/loopwright.db``, is a fresh file there. That process (and ``loopwright demo``'s
 before a page that needs it) is forked from one that imported loopwright once
-(tests/forkserver.py, ``run_child``: a fresh interpreter's start and imports cost CPU SECONDS per
-page); what a page runs, its exit code, output and files are as a ``python`` subprocess's.
-``OPENAI_BASE_URL`` points at a ``loopwright.testing.FakeOpenAI`` on
+(tests/forkserver.py, ``run_child``: a fresh interpreter's start and imports cost about 0.3 s
+of CPU a page); what a page runs, its exit code, output and files are as a ``python``
+subprocess's. ``OPENAI_BASE_URL`` points at a ``loopwright.testing.FakeOpenAI`` on
 loopback, so nothing a snippet does can reach a real model.
 
 Markers, written as an HTML comment on the line before a block (rare on purpose — each one is
