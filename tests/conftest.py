@@ -35,11 +35,13 @@ if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCAC
 # SIGKILL files whose children are now forked (``tests/forkserver.py``, stop 54) scaled by the CPU
 # each took after / before, measured file by file; the order is all that is read: a stale or
 # missing entry costs balance, never a result. Other files keep xdist's order after these.
+# tests/e2e's entries marked "CPU" are stop 56's (suite56a): user + sys seconds of
+# `pytest -n 0 FILE` and every process it reaped, on the same loaded 2-core VM (bench/RESULTS.md,
+# "stop 56: the suite's e2e files"); with one worker a core, a file's wall on CI is about its
+# CPU. Stop 52's wall figures for them were 3 to 13 times that.
 HEAVY_FIRST: dict[str, float] = {
-    "tests/e2e/test_doc_snippets.py": 240,
     "tests/integration/test_fit_replay_stream.py": 180,  # 297 before its LDB fit's smaller grid
     "tests/integration/test_fit_stop.py": 167,
-    "tests/e2e/test_cli_effects.py": 161,
     "tests/integration/test_money_kills.py": 144,  # 288 × 26.8 / 53.7 s of CPU, forked
     "tests/integration/test_stop_default_ceiling.py": 118,
     "tests/integration/test_workers.py": 105,
@@ -48,18 +50,21 @@ HEAVY_FIRST: dict[str, float] = {
     "tests/integration/test_kills_on_new_paths.py": 69,  # 111 × 36.6 / 58.7, forked
     "tests/integration/test_pg_claim_scale.py": 69,
     "tests/integration/test_ray_executor.py": 67,
-    "tests/e2e/test_cli_inputs.py": 67,
-    "tests/e2e/test_llm_example.py": 65,
-    "tests/e2e/test_cli.py": 63,
+    "tests/e2e/test_doc_snippets.py": 66,  # CPU (240 in stop 52): code_repair, fit-stop pages
     "tests/integration/test_long_run_views.py": 62,
     "tests/integration/test_eval_case_memory.py": 56,
     "tests/integration/test_ldb_faithfulness.py": 50,
     "tests/e2e/test_browser.py": 49,
     "tests/integration/test_no_socket_left.py": 48,
-    "tests/e2e/test_comic_cli.py": 48,
-    "tests/e2e/test_cli_names.py": 46,
     "tests/integration/test_export_paged_states.py": 42,
     "tests/unit/test_suite_hygiene.py": 42,
+    "tests/e2e/test_cli_effects.py": 30,  # wall (161 in stop 52): Ray's processes, not all reaped
+    "tests/e2e/test_comic_cli.py": 17,  # CPU (48 in stop 52)
+    "tests/e2e/test_cli_manners.py": 10,  # CPU
+    "tests/e2e/test_llm_example.py": 8,  # CPU (65 in stop 52)
+    "tests/e2e/test_cli_inputs.py": 6,  # CPU (67 in stop 52)
+    "tests/e2e/test_cli.py": 5,  # CPU (63 in stop 52)
+    "tests/e2e/test_cli_names.py": 5,  # CPU (46 in stop 52)
 }
 
 
