@@ -238,8 +238,8 @@ def _said_alive(
             # ended: by another since a takeover (its spend counted all the same), or by this
             # execution itself, its last commit durable though its answer was lost (the store
             # failing at it: ``_ended_here``)
-            if fenced:
-                store.add_fenced_spend(run_id, fenced)
+            if fenced:  # (by its lease: said again, it adds nothing; fenced56b)
+                store.add_fenced_spend(run_id, fenced, lease=token)
             return True
         if lost:
             # taken over meanwhile (a process frozen while its store failed it, too): late
@@ -247,7 +247,8 @@ def _said_alive(
         data: dict[str, Any] = {"lease": token, "why": why}
         if fenced:
             data["fenced"] = fenced  # (said; counted by the row, not by the word)
-            store.add_fenced_spend(run_id, fenced, [NewEvent(cycle, "interrupted", data)])
+            word = [NewEvent(cycle, "interrupted", data)]
+            store.add_fenced_spend(run_id, fenced, word, lease=token)
         else:
             store.append_events(run_id, [NewEvent(cycle, "interrupted", data)])
     except RowLocked:

@@ -29,6 +29,7 @@ from ._schema import (
     EFFECT_GENERATION,
     EFFECT_REUSES,
     EVENTS_NOTIFIED_SQL,
+    FENCED_WORDS,
     HELD_OUT_SELF_REPORTED,
     HOLD_UNSTARTED_FORKS,
     MAKER_STARTS,
@@ -323,4 +324,6 @@ PG_MIGRATIONS: list[list[str]] = [
     # writing transaction (``tx``): the settlings are read in the order no late commit can
     # get behind (``LiveSQL.settlings_after``). Each step may run again.
     [NOTIFY_CURSORS_SQL.format(real="DOUBLE PRECISION"), *settled_index("%s")],
+    # v22: the words whose bills the row holds, by lease, as SQLite's v24 (IF NOT EXISTS).
+    [FENCED_WORDS.format(integer="BIGINT")],
 ]

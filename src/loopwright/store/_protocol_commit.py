@@ -175,14 +175,21 @@ class CommitStore(ApprovalsStore):
         """Append events outside a cycle (resumed, approval decided...)."""
 
     def add_fenced_spend(
-        self, run_id: str, spent: Mapping[str, Any], events: Sequence[NewEvent] = ()
+        self,
+        run_id: str,
+        spent: Mapping[str, Any],
+        events: Sequence[NewEvent] = (),
+        *,
+        lease: int | None = None,
     ) -> None:
         """Add what an execution fenced out of the run spent and no commit charged
         (``spent``: ``cost_usd``, ``tokens``, ``seconds``, the held-out share under
         ``held_out``) to the run's ``fenced`` spend (``RunRecord.fenced``, in its totals), and
         append ``events`` (its word), in one transaction, with no lease: the executor taken
         over writes it, to a run open or ended. A commit whose run columns name ``fenced_*``
-        takes those amounts off (what its execution charged of it).
+        takes those amounts off (what its execution charged of it). ``lease``: the fenced-out
+        execution's, which names its word: a word said again (its first write durable, its
+        answer lost: ``StoreUnavailableError``) writes nothing, so its bills are added once.
 
         This default, for a store of one's own that keeps no fenced spend (its ``RunRecord``
         has no ``fenced``): the word alone, saying the bills as ``spent``, which the run's next

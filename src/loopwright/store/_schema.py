@@ -20,6 +20,7 @@ __all__ = [
     "EVENTS_NOTIFIED_SQL",
     "EXPIRING",
     "FENCED_COLS",
+    "FENCED_WORDS",
     "HELD_OUT_SELF_REPORTED",
     "HOLD_UNSTARTED_FORKS",
     "MAKER_STARTS",
@@ -147,6 +148,14 @@ def fenced_spend(exists: str, real: str, integer: str) -> list[tuple[str, str]]:
 
 # SQLite's step for them, run in Python as ADD_MAKER_STARTS is (each column added unless there).
 ADD_FENCED_SPEND = "-- loopwright: runs.fenced_*, unless there"
+# The words whose bills were added to their run's fenced spend, by run and lease (SQLite's v24,
+# PostgreSQL's v22): a word is said again when the store failed its write (``_say_unsaid``),
+# its transaction durable though its answer was lost; the row adds a word's bills only if its
+# row here was new, so they are added once (fenced56b). ``{integer}``: the dialect's.
+FENCED_WORDS = (
+    "CREATE TABLE IF NOT EXISTS fenced_words (run_id TEXT NOT NULL, lease {integer} NOT NULL, "
+    "PRIMARY KEY (run_id, lease))"
+)
 # The forks an earlier release made and nothing has started (no ``started`` or ``resumed``
 # event: read by events_run, a few rows a fork) are marked so: a worker after the upgrade
 # would start them before their maker's edit, as ``resume --all`` already leaves them.
@@ -563,4 +572,6 @@ SQLITE_MIGRATIONS: list[list[str]] = [
     # by id (a partial index): a settling made while no process notified was never posted,
     # since a notifier started reading at the newest event (notify56).
     [NOTIFY_CURSORS_SQL.format(real="REAL"), *settled_index("?")],
+    # v24: a word said again after its durable write's answer was lost added its bills twice.
+    [FENCED_WORDS.format(integer="INTEGER")],
 ]

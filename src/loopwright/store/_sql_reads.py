@@ -275,7 +275,12 @@ class ReadsSQL(SQLCore):
             )
 
     def add_fenced_spend(
-        self, run_id: str, spent: Mapping[str, Any], events: Sequence[NewEvent] = ()
+        self,
+        run_id: str,
+        spent: Mapping[str, Any],
+        events: Sequence[NewEvent] = (),
+        *,
+        lease: int | None = None,
     ) -> None:
         held = spent.get("held_out") or {}
         amounts = (
@@ -287,6 +292,8 @@ class ReadsSQL(SQLCore):
         )
         now = time.time()
         with self._tx() as conn:
+            if lease is not None and conn.execute(self._q.fenced_word, (run_id, lease)).rowcount < 1:
+                return  # (said already: its first write was durable, its answer lost)
             # (an increment: words of two executions fenced out may be said at once)
             conn.execute(self._q.add_fenced, (*amounts, run_id))
             if events:

@@ -80,6 +80,10 @@ class CoreStatements:
             + ", ".join(f"{name}={name}+?" for name, _kind in FENCED_COLS)
             + " WHERE run_id=?"
         )
+        # (its word's lease first: a word said again adds nothing, fenced56b)
+        self.fenced_word = p(
+            "INSERT INTO fenced_words(run_id, lease) VALUES(?,?) ON CONFLICT DO NOTHING"
+        )
         self.run_by_task_key = p(f"SELECT {RUN_COLS} FROM runs WHERE task_key=?")
         # (compared as written in both stores: SQLite's LIKE ignores case, so "B" was a
         # prefix of "b…" there and of nothing in PostgreSQL)
