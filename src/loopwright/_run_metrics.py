@@ -16,6 +16,7 @@ from ._crash_bound import LEFT_ALIVE, event_lease
 from ._decide import record_no_attempt
 from ._errors import ConfigError, RunNotFoundError
 from ._inherited import fork_seq, inherited
+from ._stored_run_words import cost_over_budget
 from ._verdict import independent
 from .store import Approval, Checkpoint, Event, RunRecord, Store
 from .store._records import PAUSE
@@ -171,6 +172,8 @@ class RunMetrics:
         held_out_self_reported: how many tests behind ``held_out_passed`` the candidate's own
             process decided (the run's column; None when unknown): a held-out pass with any
             is not an independent one (``held_out_independent``).
+        over_budget_usd: how far the run's spend is past its cost budget (0.0: within it),
+            bills charged after its last check (``cost_over_budget``; fenced56b).
         inherited_usd, inherited_cycles, inherited_best_score: what a fork started from (its
             origin's spend, cycle counter and best score at the fork point; 0, 0 and None for
             a run that is not a fork).
@@ -208,6 +211,7 @@ class RunMetrics:
     inherited_cycles: int = 0
     inherited_best_score: float | None = None
     held_out_self_reported: int | None = None
+    over_budget_usd: float = 0.0
 
     @property
     def held_out_independent(self) -> bool | None:
@@ -550,6 +554,7 @@ class _RunFold:
             inherited_usd=inh.cost_usd,
             inherited_cycles=inh.cycle,
             inherited_best_score=inh.best_score,
+            over_budget_usd=cost_over_budget(run),
         )
 
 

@@ -9,13 +9,20 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._contract import TERMINAL_STATUSES, contract_from_snapshot
-from ._decide import at_default_ceiling
+from ._decide import at_default_ceiling, crosses
+from ._money_text import usd
 from ._packet import clip, stop_cause
 
 if TYPE_CHECKING:
     from .store import Approval, RunRecord
 
-__all__ = ["run_next_action", "run_stop_cause", "waits_only_to_start"]
+__all__ = [
+    "cost_over_budget",
+    "over_budget_words",
+    "run_next_action",
+    "run_stop_cause",
+    "waits_only_to_start",
+]
 
 
 class _RunLike(Protocol):
@@ -74,6 +81,55 @@ def run_stop_cause(rec: _RunLike, packet: Mapping[str, Any] | None = None) -> st
         evidence=p.get("evidence"),
         held_out_passed=rec.held_out_passed,
         held_out_mark=getattr(rec, "held_out_self_reported", None),
+    )
+
+
+class _SpendLike(Protocol):
+    @property
+    def cost_usd(self) -> float: ...
+    @property
+    def tokens(self) -> int: ...
+    @property
+    def contract(self) -> dict[str, Any]: ...
+
+
+def cost_over_budget(rec: _SpendLike) -> float:
+    """How far a stored run's spend (its row's, a fenced-out execution's bills included) is
+    past its contract's cost budget; 0.0 within it, or with none. The budgets judge a cycle
+    by what its execution has charged: a fenced-out execution's bills, added to the row as
+    its word is said (fenced56), are charged by the next resume only, and a word said while
+    the taker drives the run's last cycle can take it past its budget with no stop to say so
+    (fenced56b): every reader says it from here."""
+    try:
+        limit = contract_from_snapshot(rec.contract).budget.max_cost_usd
+    except Exception:  # (an older contract shape: no budget to judge by)
+        return 0.0
+    if limit is None or not crosses(rec.cost_usd, limit):
+        return 0.0
+    return rec.cost_usd - limit
+
+
+def over_budget_words(rec: _SpendLike) -> str | None:
+    """What ``show`` and the API say of a run past its cost or token budget
+    (``cost_over_budget``); None within them."""
+    try:
+        b = contract_from_snapshot(rec.contract).budget
+    except Exception:
+        return None
+    said = []
+    over = cost_over_budget(rec)
+    if over and b.max_cost_usd is not None:
+        said.append(f"spent {usd(rec.cost_usd)} of its {usd(b.max_cost_usd)} cost budget")
+        said[-1] += f" ({usd(over)} over)"
+    if b.max_tokens is not None and crosses(rec.tokens, b.max_tokens, whole=True):
+        said.append(f"used {rec.tokens} of its {b.max_tokens} tokens")
+    if not said:
+        return None
+    return (
+        "over budget: "
+        + "; ".join(said)
+        + " (a call's bill charged after its last budget check: a call in flight, or an "
+        "execution fenced out)"
     )
 
 

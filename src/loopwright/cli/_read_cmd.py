@@ -215,6 +215,7 @@ def _write_show_json(st: Store, rec: RunRecord) -> None:
     from .._hints import carry_store_in
     from .._lineage import fork_lineage
     from .._reuse_now import as_now
+    from .._stored_run_words import cost_over_budget
     from ._json_stream import Lazy, Open, write_json
 
     run_id = rec.run_id
@@ -237,7 +238,11 @@ def _write_show_json(st: Store, rec: RunRecord) -> None:
     write_json(
         Open(
             {
-                "run": carry_store_in(rec.to_dict(), store_flag()),  # (commands: this store)
+                # (commands: this store; how far its spend is past its cost budget: 0.0
+                # within it, fenced56b)
+                "run": carry_store_in(
+                    {**rec.to_dict(), "over_budget_usd": cost_over_budget(rec)}, store_flag()
+                ),
                 # a fork's origins, nearest first (a fork of a fork: every one, up to a cap)
                 "lineage": fork_lineage(st, rec).to_dict(),
                 "state": Open(doc),

@@ -483,7 +483,7 @@ def run_detail_parts(
 
     from .._contract import contract_from_snapshot
     from .._packet import explain
-    from .._stored_run_words import run_next_action, run_stop_cause
+    from .._stored_run_words import over_budget_words, run_next_action, run_stop_cause
 
     contract = contract_from_snapshot(rec.contract)
     head = Table.grid(padding=(0, 2))
@@ -522,6 +522,9 @@ def run_detail_parts(
     head.add_row("cycles", str(rec.cycle))
     head.add_row("best score", _score(rec.best_score))
     head.add_row("spend", f"{usd(rec.cost_usd)}, {rec.tokens} tokens, {rec.seconds:.2f} s")
+    over = over_budget_words(rec)  # (a bill charged past its last check: never "kept")
+    if over:
+        head.add_row("", f"[red]{escape(over)}[/]")
     if rec.held_out_passed is not None:
         w = held_out_words(rec.held_out_passed, rec.held_out_self_reported)
         # a marked verdict (not an independent one) says why in yellow after it: the stored

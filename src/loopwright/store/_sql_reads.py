@@ -292,7 +292,10 @@ class ReadsSQL(SQLCore):
         )
         now = time.time()
         with self._tx() as conn:
-            if lease is not None and conn.execute(self._q.fenced_word, (run_id, lease)).rowcount < 1:
+            if (
+                lease is not None
+                and conn.execute(self._q.fenced_word, (run_id, lease)).rowcount < 1
+            ):
                 return  # (said already: its first write was durable, its answer lost)
             # (an increment: words of two executions fenced out may be said at once)
             conn.execute(self._q.add_fenced, (*amounts, run_id))

@@ -1,0 +1,89 @@
+"""A run whose spend ends past its cost budget says so where a person reads it, on SQLite and
+PostgreSQL (fenced56b).
+
+The budgets judge a cycle by what its execution has charged: the bills of an execution fenced
+out, added to the run's row as its word is said (fenced56), are charged by the next resume
+only. A word said while the executor that took the run over drives its last cycle took the
+run past its budget ($0.30 of $0.25) while ``show`` said its spend alone, the budget as kept,
+and the metrics nothing. ``show``, ``show --json`` and the per-run metrics now say how far.
+
+Executor ``a`` is held in its actor at cycle 2 until ``b`` has taken the run over and is held
+there too; ``a`` let go is fenced out and says its word; ``b`` let go concludes cycle 2 (its
+own spend $0.20, within $0.25) and the run is accepted. No timing: each step waits on an
+event."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from support.crash_bound import TASK, Gates, expire, held, resumer, start_held
+
+import loopwright as lw
+from loopwright.cli import main
+
+ACTOR = lw.Usage(cost_usd=0.10, tokens=10)
+
+
+def _loop(gates: Gates) -> lw.Loop:
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle == 2:
+            held(gates)
+        return lw.Proposal(edits=(lw.Edit("doc", "n", ctx.cycle),), usage=ACTOR)
+
+    def done(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        n = int(state.values()["doc"].get("n", 0))
+        return lw.Verdict(passed=n == 2, score=n / 2)
+
+    budget = lw.Budget(max_cycles=10, max_cost_usd=0.25)
+    return lw.Loop(name="over", actor=actor, verifiers=[done], contract=lw.Contract(budget=budget))
+
+
+def test_a_run_past_its_budget_by_a_fenced_bill_says_so(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gates: Gates = {n: (threading.Event(), threading.Event()) for n in ("a", "b")}
+    loop = _loop(gates)
+    with lw.Runtime(url) as rt:
+        run_id = rt.create(loop, TASK, task_key="fenced-over")[0].run_id
+        drive, ended = resumer(url, run_id, loop)
+        try:
+            a = start_held(drive, "a", gates, ended)
+            expire(rt, run_id)
+            b = start_held(drive, "b", gates, ended)
+            gates["a"][1].set()  # a fenced out: its word adds its $0.10 to the row
+            a.join()
+            assert isinstance(ended["a"], lw.StaleLeaseError), ended
+            gates["b"][1].set()
+            b.join()
+        finally:
+            for _entered, go in gates.values():
+                go.set()
+        r = ended["b"]
+        assert isinstance(r, lw.RunResult) and r.status == "accepted", r
+        assert rt.store.get_run(run_id).cost_usd == pytest.approx(0.30)
+        # b's result reads the row ($0.30, past the budget: a's bill came after b's check);
+        # an accepted run has no packet: ``show`` and the metrics read the row too
+        assert r.spent.cost_usd == pytest.approx(0.30)
+        assert rt.store.get_run(run_id).packet is None
+    capsys.readouterr()
+    assert main(["show", run_id, "--store", url]) == 0
+    shown = " ".join(capsys.readouterr().out.replace("│", " ").split())  # (unwrapped)
+    assert "over budget: spent $0.30 of its $0.25 cost budget ($0.05 over)" in shown, shown
+    assert main(["show", run_id, "--store", url, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["run"]["over_budget_usd"] == pytest.approx(0.05)
+    with lw.Runtime(url) as rt:
+        m = lw.compute_metrics(rt.store)
+        assert m.per_run[0].over_budget_usd == pytest.approx(0.05)
+        assert m.to_dict(per_run=True)["per_run"][0]["over_budget_usd"] == pytest.approx(0.05)
+
+
+def test_a_run_within_its_budget_says_nothing_of_it(url: str) -> None:
+    loop = _loop({})
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, TASK, task_key="within")
+        assert r.status == "accepted" and r.spent.cost_usd == pytest.approx(0.20)
+        m = lw.compute_metrics(rt.store)
+        assert m.per_run[0].over_budget_usd == 0.0
