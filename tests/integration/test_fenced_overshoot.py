@@ -5,7 +5,8 @@ The budgets judge a cycle by what its execution has charged: the bills of an exe
 out, added to the run's row as its word is said (fenced56), are charged by the next resume
 only. A word said while the executor that took the run over drives its last cycle took the
 run past its budget ($0.30 of $0.25) while ``show`` said its spend alone, the budget as kept,
-and the metrics nothing. ``show``, ``show --json`` and the per-run metrics now say how far.
+and the metrics nothing. ``show``, ``show --json``, ``/api/runs/{id}`` and the per-run
+metrics now say how far.
 
 Executor ``a`` is held in its actor at cycle 2 until ``b`` has taken the run over and is held
 there too; ``a`` let go is fenced out and says its word; ``b`` let go concludes cycle 2 (its
@@ -19,6 +20,7 @@ import threading
 
 import pytest
 from support.crash_bound import TASK, Gates, expire, held, resumer, start_held
+from support.dashboard import dashboard
 
 import loopwright as lw
 from loopwright.cli import main
@@ -74,6 +76,8 @@ def test_a_run_past_its_budget_by_a_fenced_bill_says_so(
     assert main(["show", run_id, "--store", url, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["run"]["over_budget_usd"] == pytest.approx(0.05)
+    api = dashboard(url, token="t" * 24).get(f"/api/runs/{run_id}")
+    assert api.status_code == 200 and api.json()["run"]["over_budget_usd"] == pytest.approx(0.05)
     with lw.Runtime(url) as rt:
         m = lw.compute_metrics(rt.store)
         assert m.per_run[0].over_budget_usd == pytest.approx(0.05)
