@@ -221,7 +221,8 @@ def _said_alive(
     bills (the run's fenced spend), no state; the word only to a run still open (an ended one
     is resumed no more: its log stays as its last executor left it), the bills to an ended
     one too. False when the store fails it (``StoreUnavailableError``): its runtime
-    says it again before its next resume (``Runtime._say_unsaid``); a process that exits
+    says it again before its next resume (``Runtime._say_unsaid``; its bills named by its lease,
+    added once though the first write was durable: fenced56b); a process that exits
     first leaves a crash to count, as one that died. Refused on its run's row held by another
     session (``RowLocked``, from a store thread): raised, so that it is tried again once the
     lock goes, not dropped."""
