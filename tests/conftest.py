@@ -55,7 +55,7 @@ HEAVY_FIRST: dict[str, float] = {
     "tests/integration/test_eval_case_memory.py": 36,  # 56 × 6.2 / 9.7 (stop 56)
     "tests/integration/test_ldb_faithfulness.py": 50,
     "tests/e2e/test_browser.py": 49,
-    "tests/integration/test_no_socket_left.py": 48,
+    "tests/integration/test_no_socket_left.py": 24,  # 48 × 5.0 / 10.1 (stop 56)
     "tests/e2e/test_comic_cli.py": 48,
     "tests/e2e/test_cli_names.py": 46,
     "tests/integration/test_export_paged_states.py": 42,
