@@ -40,11 +40,11 @@ if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCAC
 # "stop 56: the suite's e2e files"); with one worker a core, a file's wall on CI is about its
 # CPU. Stop 52's wall figures for them were 3 to 13 times that.
 HEAVY_FIRST: dict[str, float] = {
-    "tests/integration/test_fit_replay_stream.py": 180,  # 297 before its LDB fit's smaller grid
-    "tests/integration/test_fit_stop.py": 167,
+    "tests/integration/test_fit_replay_stream.py": 121,  # 180 × 15.8 / 23.6 s of CPU (stop 56)
+    "tests/integration/test_fit_stop.py": 81,  # 167 × 14.3 / 29.4, smaller grids (stop 56)
     "tests/integration/test_money_kills.py": 144,  # 288 × 26.8 / 53.7 s of CPU, forked
     "tests/integration/test_stop_default_ceiling.py": 118,
-    "tests/integration/test_workers.py": 105,
+    "tests/integration/test_workers.py": 90,  # 105 × 14.6 / 17.0, forked workers (stop 56)
     "tests/integration/test_judged_is_stored.py": 75,
     "tests/integration/test_crash_large_values.py": 73,  # 170 × 28.6 / 66.3, forked
     "tests/integration/test_kills_on_new_paths.py": 69,  # 111 × 36.6 / 58.7, forked
@@ -52,10 +52,10 @@ HEAVY_FIRST: dict[str, float] = {
     "tests/integration/test_ray_executor.py": 67,
     "tests/e2e/test_doc_snippets.py": 66,  # CPU (240 in stop 52): code_repair, fit-stop pages
     "tests/integration/test_long_run_views.py": 62,
-    "tests/integration/test_eval_case_memory.py": 56,
+    "tests/integration/test_eval_case_memory.py": 36,  # 56 × 6.2 / 9.7 (stop 56)
     "tests/integration/test_ldb_faithfulness.py": 50,
     "tests/e2e/test_browser.py": 49,
-    "tests/integration/test_no_socket_left.py": 48,
+    "tests/integration/test_no_socket_left.py": 24,  # 48 × 5.0 / 10.1 (stop 56)
     "tests/integration/test_export_paged_states.py": 42,
     "tests/unit/test_suite_hygiene.py": 42,
     "tests/e2e/test_cli_effects.py": 30,  # wall (161 in stop 52): Ray's processes, not all reaped

@@ -181,7 +181,7 @@ class Forked:
             self._conn.settimeout(timeout)
             try:
                 msg = self._conn.recv(64)
-            except TimeoutError:
+            except (TimeoutError, BlockingIOError):  # (timeout 0, poll: a non-blocking recv)
                 return None
             self._conn.close()
             if not msg:
@@ -199,8 +199,11 @@ class Forked:
         return code
 
     def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def send_signal(self, sig: int) -> None:
         if self.returncode is None:
-            os.kill(self.pid, signal.SIGKILL)
+            os.kill(self.pid, sig)
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         """Both pipes read to their end, then the exit status (as ``Popen.communicate``)."""
@@ -273,12 +276,18 @@ class ForkServer:
         env: dict[str, str],
         cwd: str | Path | None = None,
         stdin: int = 0,
+        outputs: tuple[int, int] | None = None,
     ) -> Forked:
         """``python SCRIPT ARGS...`` (``args`` as for ``Popen``, ``args[0]`` the interpreter),
-        stdin inherited (or the file descriptor ``stdin``), stdout and stderr piped."""
+        stdin inherited (or the file descriptor ``stdin``), stdout and stderr piped (or the
+        file descriptors ``outputs``: the child's own copies, nothing to read here)."""
         script, *rest = [str(a) for a in args[1:]]
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        if outputs is None:
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+        else:
+            out_r, out_w = -1, os.dup(outputs[0])
+            err_r, err_w = -1, os.dup(outputs[1])
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             conn.connect(self._path)
@@ -410,6 +419,23 @@ def run_cli(
             os.close(stdin)
     code, out, err = _ended(proc, timeout)
     return subprocess.CompletedProcess(argv, code, _lines(out), _lines(err))
+
+
+def cli_popen(
+    args: Sequence[str], env: dict[str, str], stdout: int, stderr: int
+) -> Forked | subprocess.Popen[bytes]:
+    """``subprocess.Popen(args, env=env, stdout=stdout, stderr=stderr)`` for a console script
+    (``args[0]``, the installed ``loopwright``) whose output goes to files (the descriptors
+    given): forked by the CLI server where ``run_cli`` would fork it, else that subprocess. The
+    child is a process of its own (its pid, signals, exit code: ``-9`` when SIGKILLed), as
+    ``popen``'s are; ``wait``, ``poll``, ``send_signal`` and ``returncode`` as ``Popen``'s."""
+    argv = [str(a) for a in args]
+    fresh = os.environ.get("LOOPWRIGHT_TEST_CLI_SUBPROCESS") == "1" or not _this_python(argv[0])
+    if not fresh and not _CLI_SERVER:
+        _CLI_SERVER.append(ForkServer(CLI_PRELOAD, CLI_STARTUP_VARS))
+    if fresh or not _CLI_SERVER[0].serves(env):
+        return subprocess.Popen(argv, env=env, stdout=stdout, stderr=stderr)
+    return _CLI_SERVER[0].popen([sys.executable, *argv], env, outputs=(stdout, stderr))
 
 
 def _lines(text: str) -> str:

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import gc
 import json
+import sqlite3
 import tracemalloc
+from contextlib import closing
 from pathlib import Path
 
+import pytest
 from support.long_loops import rejecting_loop
 
 import loopwright as lw
-from loopwright.trace import eval_case
-from loopwright.trace._exports import _RUNS_PAGE
+from loopwright.trace import _run_cycles, eval_case
 
 PARTS = 16  # a context shows every part: the more parts, the more a kept context costs
 
@@ -49,16 +51,25 @@ def test_an_eval_case_keeps_what_it_writes_not_every_context(tmp_path: Path) -> 
     assert held <= 5.5 * written, (held, written)
 
 
-def _export_peak(tmp_path: Path, runs: int) -> int:
+def _export_peak(tmp_path: Path, runs: int, *, grown_from: Path | None = None) -> int:
     """tracemalloc peak of ``loopwright export eval-cases`` over a store of ``runs`` ended
-    runs of 40 cycles each."""
+    runs of 40 cycles each: a new store, or a copy of ``grown_from``'s (the runs it holds,
+    ``k0``...) with the runs after them added (the 4-page store is the 2-page one and two
+    pages more: running its first 20 runs again was a third of this file's CPU, stop 56)."""
     from loopwright.cli import main
 
     db = tmp_path / f"runs{runs}.db"
     task = {"goal": "g", "artifacts": {"doc": {f"p{i}": "y" * 1000 for i in range(PARTS)}}}
+    had = 0
+    if grown_from is not None:
+        with closing(sqlite3.connect(grown_from)) as a, closing(sqlite3.connect(db)) as b:
+            a.backup(b)  # (its runs ended, its Runtime closed: a consistent copy)
+        with lw.Runtime(str(db)) as rt:
+            had = len(rt.store.list_runs())
     with lw.Runtime(str(db)) as rt:
-        for i in range(runs):
+        for i in range(had, runs):
             rt.run_sync(_loop(40), task, task_key=f"k{i}")
+        assert len(rt.store.list_runs()) == runs
     out = tmp_path / f"cases{runs}.jsonl"
     # The garbage of what ran before, collected first: otherwise when the collector runs inside
     # the measurement (set by whatever the process allocated before, pytest's plugins included)
@@ -74,15 +85,27 @@ def _export_peak(tmp_path: Path, runs: int) -> int:
     return peak
 
 
-def test_the_export_holds_one_case_at_a_time(tmp_path: Path) -> None:
+# Runs listed at a time in the export test (the store's page, 10, made smaller there): what the
+# test tells apart does not depend on the page's size, two pages of runs against four. At 4 a
+# page the peaks are 1.00x apart; listing every run at once (the defect) 1.63x, building every
+# case before writing the first 1.73x (1.81x and 1.87x at 10 a page), for half the CPU (stop 56).
+PAGE = 4
+
+
+def test_the_export_holds_one_case_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``export eval-cases`` listed every run of the store at once (a row holds its task and
     packet: ~230 KB each here while read) and built every case before writing the first: its
     memory grew with the number of runs. The runs are now listed a page at a time and each
     case is written as it is built: at two pages of runs and at four, the same peak."""
+    assert PAGE < _run_cycles._RUNS_PAGE
+    monkeypatch.setattr(_run_cycles, "_RUNS_PAGE", PAGE)
     _export_peak(tmp_path, 1)  # the modules it imports, imported before anything is counted
-    # Both stores hold at least a page of runs (_RUNS_PAGE): a store of 4 held less than a
-    # page, and its peak was 2.3-2.7x below the 40-run one's for that alone (the bound was 2.5x).
-    few, many = _export_peak(tmp_path, 2 * _RUNS_PAGE), _export_peak(tmp_path, 4 * _RUNS_PAGE)
+    # Both stores hold at least a page of runs (PAGE): a store of 4 held less than a page of
+    # 10, and its peak was 2.3-2.7x below the 40-run one's for that alone (the bound was 2.5x).
+    few = _export_peak(tmp_path, 2 * PAGE)
+    many = _export_peak(tmp_path, 4 * PAGE, grown_from=tmp_path / f"runs{2 * PAGE}.db")
     assert many <= 1.3 * few, (few, many)  # 1.00x; listing every run at once: 1.74x
 
 

@@ -12,12 +12,28 @@ import pytest
 from forkserver import run_cli
 
 from loopwright.replay import RunTrace, load_contract, load_source, replay, write_traces
-from loopwright.replay._fit import fit_stop, split_folds
+from loopwright.replay._fit import Grid, fit_stop, split_folds
 
 ROOT = Path(__file__).resolve().parents[2]
 GPT35 = ROOT / "tests/data/ldb/humaneval/gpt-3.5-turbo-0613/results.jsonl"
 GPT4O = ROOT / "tests/data/ldb/humaneval/reflexion/gpt-4o-2024-05-13.jsonl"
 LDB_POLICY = ROOT / "examples/code_repair/ldb_policy.toml"
+
+# Every axis of the search with two or three values (the default grid's 13 cycle caps, 4 deltas,
+# 4 cost quantiles and 7 marginal multiples are ≈ 14 s of CPU over the two fits that take this
+# one, ≈ 1 s with it). What those tests assert is not about the grid's size: a base's cap and
+# success rule kept (a cap above the base's, 20, is offered and must not be taken), a fold's
+# cost caps and marginal values read off its training runs only (cost quantiles and marginal
+# multiples are on the grid); planting either defect fails them with this grid as with the
+# default one (stop 56). test_fit_on_ldb_keeps_outcomes_and_saves_spend keeps the default grid:
+# what a user's fit of the LDB runs gives.
+SMALL_GRID = Grid(
+    no_progress_cycles=(1, 3),
+    min_deltas=(0.0, 0.05),
+    max_cycles=(2, 5, 20),
+    cost_quantiles=(0.8, 0.9),
+    marginal_multiples=(4.0, 32.0),
+)
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -55,7 +71,7 @@ def test_fit_on_ldb_keeps_outcomes_and_saves_spend(gpt35: list[RunTrace], tmp_pa
 
 def test_fit_against_the_ldb_policy_as_base(gpt35: list[RunTrace]) -> None:
     base = load_contract(LDB_POLICY)
-    r = fit_stop(gpt35, keep=0.98, folds=3, base=base)
+    r = fit_stop(gpt35, keep=0.98, folds=3, base=base, grid=SMALL_GRID)
     assert r.reference == "base"
     assert r.all_data.reference_accepted == 144  # the LDB policy replays the record exactly
     assert r.all_data.reference_cost_usd == pytest.approx(5.9606055)
@@ -225,6 +241,7 @@ def test_a_folds_candidates_are_read_off_its_training_runs_only(tmp_path: Path) 
     for rec, f in zip(recs, fold, strict=True):
         rec["token_nums"] *= 50 if f == held else 1
     dear.write_text("".join(json.dumps(rec) + "\n" for rec in recs))
-    a, b = fit_stop(traces, folds=3), fit_stop(load_source(str(dear)), folds=3)
+    a = fit_stop(traces, folds=3, grid=SMALL_GRID)
+    b = fit_stop(load_source(str(dear)), folds=3, grid=SMALL_GRID)
     assert b.folds[held].validation.reference_cost_usd > a.folds[held].validation.reference_cost_usd
     assert b.folds[held].params == a.folds[held].params

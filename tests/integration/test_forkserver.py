@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from forkserver import Forked, ForkServer, child_process
+from forkserver import Forked, ForkServer, child_process, cli_popen
 
 import loopwright as lw
 
@@ -34,6 +36,8 @@ if what == "raise":
 if what == "kill":
     print("unflushed but unbuffered")
     os.kill(os.getpid(), signal.SIGKILL)
+if what == "pause":  # until a signal ends it
+    signal.pause()
 if what == "store":
 
     def actor(ctx):
@@ -120,6 +124,46 @@ def test_the_killed_child_is_the_one_that_wrote_the_store(
         # killed after its first checkpoint, its lease still naming the killed pid
         assert run.status == "running" and f":{proc.pid}:" in (run.lease_owner or "")
         assert rt.store.latest_checkpoint(run.run_id).cycle == 0  # the task as given
+
+
+def test_a_running_child_polls_none_and_ends_by_the_signal_sent(
+    server: ForkServer, script: Path
+) -> None:
+    """``poll`` of a child still running is ``None``, as ``Popen.poll``: it raised
+    BlockingIOError (a non-blocking read of the child's end, stop 56)."""
+    proc = server.popen([sys.executable, script, "pause"], _env())
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGTERM
+    assert proc.poll() == -signal.SIGTERM
+
+
+def test_cli_popen_writes_to_the_files_given_and_is_signalled_as_a_process(
+    tmp_path: Path,
+) -> None:
+    """``cli_popen`` (test_workers' `loopwright worker` processes): a forked console script
+    whose stdout and stderr are the files given, polled, signalled and waited as a ``Popen``."""
+    exe = str(Path(sys.executable).with_name("loopwright"))
+    out_path, err_path = tmp_path / "w.out", tmp_path / "w.err"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        proc = cli_popen([exe, "--version"], dict(os.environ), out.fileno(), err.fileno())
+    assert isinstance(proc, Forked)  # (this environment is the server's)
+    assert proc.wait(timeout=120) == 0
+    assert re.match(r"loopwright \d", out_path.read_text()), out_path.read_text()
+    db = tmp_path / "s.db"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        proc = cli_popen(
+            [exe, "worker", "--store", str(db), "--poll", "0.1"],
+            dict(os.environ),
+            out.fileno(),
+            err.fileno(),
+        )
+    while "claiming up to" not in out_path.read_text():
+        assert proc.poll() is None, err_path.read_text()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=120) == -signal.SIGKILL
 
 
 def test_a_child_with_other_start_up_settings_is_a_real_subprocess(script: Path) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from forkserver import Forked, cli_popen
 
 import loopwright as lw
 from loopwright._owners import PROCESS_SPACE
@@ -44,35 +45,42 @@ def _create(store: str, n: int, spec: Path = SPEC) -> list[str]:
         ]
 
 
-def _worker(store: str, work: Path, *extra: str, sleep: float = 0.02) -> subprocess.Popen[bytes]:
+# A worker: the `loopwright worker` process, forked by the CLI's fork server (tests/forkserver.py:
+# Python's start and the CLI's imports paid once, not by each of the file's 11 workers; each is
+# a process of its own, its pid, leases, connections, signals and exit code its own, SIGKILL
+# included) or, where that server would not serve, a subprocess.
+Proc = Forked | subprocess.Popen[bytes]
+
+
+def _worker(store: str, work: Path, *extra: str, sleep: float = 0.02) -> Proc:
     """A worker process; its output goes to files beside the effects log (no pipes to leak
     when it is killed): ``worker-<pid>.out`` / ``.err``."""
     env = {**os.environ, "WORK_DIR": str(work), "WORK_SLEEP": str(sleep)}
     tag = f"{time.monotonic_ns()}"
     with (work / f"w{tag}.out").open("wb") as out, (work / f"w{tag}.err").open("wb") as err:
-        proc = subprocess.Popen(
+        proc = cli_popen(
             [EXE, "worker", "--store", store, "--poll", "0.1", *extra],
-            env=env,
-            stdout=out,
-            stderr=err,
+            env,
+            out.fileno(),
+            err.fileno(),
         )
     proc.out_path = work / f"w{tag}.out"  # type: ignore[attr-defined]
     proc.err_path = work / f"w{tag}.err"  # type: ignore[attr-defined]
     return proc
 
 
-def _output(proc: subprocess.Popen[bytes]) -> tuple[str, str]:
+def _output(proc: Proc) -> tuple[str, str]:
     out: Path = proc.out_path  # type: ignore[attr-defined]
     err: Path = proc.err_path  # type: ignore[attr-defined]
     return out.read_text(), err.read_text()
 
 
-def _said(proc: subprocess.Popen[bytes]) -> str:
+def _said(proc: Proc) -> str:
     """The worker's stdout so far, whitespace collapsed (Rich wraps long lines in a file)."""
     return " ".join(_output(proc)[0].split())
 
 
-def _until(what: str, cond: Callable[[], bool], *procs: subprocess.Popen[bytes]) -> None:
+def _until(what: str, cond: Callable[[], bool], *procs: Proc) -> None:
     """Wait until ``cond()``; fail at once if one of ``procs`` exits first."""
     deadline = time.monotonic() + PATIENCE
     while not cond():
@@ -84,13 +92,13 @@ def _until(what: str, cond: Callable[[], bool], *procs: subprocess.Popen[bytes])
         time.sleep(0.05)
 
 
-def _ready(*procs: subprocess.Popen[bytes]) -> None:
+def _ready(*procs: Proc) -> None:
     """Wait for each worker's ready line (printed once its signal handlers are installed)."""
     for p in procs:
         _until("its ready line", lambda p=p: "claiming up to" in _said(p), p)
 
 
-def _paid_by(work: Path, proc: subprocess.Popen[bytes]) -> int:
+def _paid_by(work: Path, proc: Proc) -> int:
     log = work / "effects.log"
     lines = log.read_text().splitlines() if log.is_file() else []
     return sum(1 for line in lines if line.split(" ")[-1] == str(proc.pid))
@@ -101,7 +109,7 @@ def _statuses(store: str) -> Counter[str]:
         return Counter(r.status for r in rt.store.list_runs())
 
 
-def _wait_all_ended(store: str, n: int, *procs: subprocess.Popen[bytes]) -> Counter[str]:
+def _wait_all_ended(store: str, n: int, *procs: Proc) -> Counter[str]:
     _until(f"all {n} runs accepted", lambda: _statuses(store).get("accepted", 0) == n, *procs)
     return _statuses(store)
 
@@ -176,7 +184,7 @@ def test_four_workers_on_postgres_one_killed(pg_url: str, tmp_path: Path) -> Non
     n = int(os.environ.get("WORKER_TEST_RUNS", "300"))  # 1000 and more for a scale check
     ids = _create(pg_url, n)
 
-    def start() -> subprocess.Popen[bytes]:
+    def start() -> Proc:
         return _worker(pg_url, tmp_path, "--concurrency", "8", "--lease-ttl", "3", sleep=0.005)
 
     # The victim starts first and is killed once it has paid some effects: it then holds
