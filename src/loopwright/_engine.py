@@ -14,8 +14,10 @@ resume owes before its first cycle, then the loop of cycles and their boundaries
 verifiers; ``_edit_check``: the check-only cycle after a person's edit), ``_conclude`` (effects
 → decide), ``_checkpoint`` (the commit and its durability), ``_parking`` (approval requests and
 questions), ``_finishing`` (ending a run), ``_reflection`` (the reflector's note, owed across a
-crash), ``_people`` (people's decisions, cancel, rollback) and ``_person_async`` (their async
-forms, off the event loop), ``_lifecycle`` (``drain``, ``close``). What ``result`` returns, and
+crash); what people do: ``_people`` (``approve``, ``deny``, ``answer``), ``_cancel_rollback``
+(``cancel``, ``rollback``), ``_pause`` (``pause``, ``unpause``), ``_settle`` (``settle_effect``:
+an effect left in doubt), ``_fork`` (``fork``, ``edit``) and ``_person_async`` (their async
+forms, off the event loop); ``_lifecycle`` (``drain``, ``close``). What ``result`` returns, and
 the state a result holds, is ``_result``'s.
 """
 
