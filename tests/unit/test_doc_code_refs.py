@@ -11,6 +11,8 @@ examples' and bench's READMEs (code fences left out):
   folders) or an example;
 - ``path.py: name`` and ``path.py:name`` (a spec's reference) name something ``path.py``
   defines, ``Class.method`` included; ``tests/…py::test_x`` names a test there;
+- a bare ``_name`` (``_engine``, ``verifiers/_run_tests``, ``_lift_check``) is a module or a
+  name the code of the repo defines (src, tests, bench, examples);
 - ``_module.name``, ``sub._module.name``, ``loopwright.module.name`` and ``lw.NAME`` name
   something that module (for ``lw``, the package) defines or imports.
 
@@ -39,21 +41,23 @@ FOLDERS = [ROOT, SRC, ROOT / "bench", ROOT / "tests",
 # names that read as our files but are not: the standard library's, a placeholder, a file the
 # reader writes (the README's, scale.md's spec folder) or a benchmark writes (bench's work.py)
 NOT_OURS = {"file.py", "random.py", "json.py", "code.py", "helpers.py", "fix_invoice.py", "work.py"}
-# names the docs mention to say the package has none: decisions.md's "not a `Runtime.runs`"
-NOT_THERE = {"Runtime.runs"}
+# names the docs mention to say the package has none (decisions.md's "not a `Runtime.runs`"),
+# or that are no name (`_frac`: a metric's name's other ending; `_pt_`: a redaction needle)
+NOT_THERE = {"Runtime.runs", "_frac", "_pt_"}
 
 SPAN = re.compile(r"`([^`\n]+)`")
 LINE_CITE = re.compile(r"(?:\.py|^):\d")  # `_decide.py:385`, and `:240` after one
 PATH = re.compile(r"(?<![\w./*-])([\w./*-]*\w\.py)(?:(?:::|:\s*)([A-Za-z_][\w.]*(?:::[\w]+)?))?")
+BARE = re.compile(r"(?:\w+/)*_[a-z]\w*")  # `_engine`, `verifiers/_run_tests`, `_lift_check`
 CLASS_DOT = re.compile(r"^([A-Z]\w*)\.([A-Za-z_]\w*)(?:\(\))?$")
 DOTTED = re.compile(r"^((?:loopwright|lw)(?:\.\w+)+|(?:\w+\.)*_\w+\.[A-Za-z_]\w*(?:\.\w+)?)\b")
 
 
-def _spans(page: Path) -> list[tuple[int, str]]:
+def _spans(text: str) -> list[tuple[int, str]]:
     """Each backticked span with its line, code fences left out."""
     out: list[tuple[int, str]] = []
     fenced = False
-    for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if line.lstrip().startswith("```"):
             fenced = not fenced
             continue
@@ -159,9 +163,27 @@ def _has(cls: str, name: str, seen: frozenset[str] = frozenset()) -> bool:
     )
 
 
-def _problems(page: Path) -> list[str]:
+@functools.cache
+def _all_names() -> frozenset[str]:
+    """Every module (its stem, and its path under the package) and every name the code of the
+    repo defines: a def, a class, a name assigned (not an attribute: ``self._compiled`` kept
+    decisions.md's ``_compiled`` looking alive after the function became ``compiled_pattern``)."""
+    out: set[str] = set()
+    for folder in (SRC, ROOT / "tests", ROOT / "bench", ROOT / "examples"):
+        for path in folder.rglob("*.py"):
+            out |= {path.stem, path.relative_to(folder).with_suffix("").as_posix()}
+            for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    out.add(n.name)
+                elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                    out.add(n.id)
+    return frozenset(out)
+
+
+def _problems(page: Path, text: str | None = None) -> list[str]:
+    """What is wrong with the citations of ``page`` (of ``text``, read as if it were there)."""
     out: list[str] = []
-    for n, span in _spans(page):
+    for n, span in _spans(page.read_text(encoding="utf-8") if text is None else text):
         where = f"{page.relative_to(ROOT)}:{n}: `{span}`"
         if LINE_CITE.search(span):
             out.append(f"{where}: a line number goes stale; cite the symbol")
@@ -175,6 +197,8 @@ def _problems(page: Path) -> list[str]:
                 out.append(f"{where}: no file {path}")
             elif symbol and not any(_defines(f, symbol.replace("::", ".")) for f in files):
                 out.append(f"{where}: {path} defines no {symbol.replace('::', '.')}")
+        if BARE.fullmatch(span) and span not in NOT_THERE and span not in _all_names():
+            out.append(f"{where}: no module or name {span} in the code")
         c = CLASS_DOT.match(span)
         if c and c.group(1) in _classes() and span not in NOT_THERE and not _has(*c.groups()):
             out.append(f"{where}: no class {c.group(1)} of the package defines {c.group(2)}")
@@ -192,18 +216,14 @@ def test_every_code_citation_names_code_that_is_there(page: Path) -> None:
     assert not problems, f"{len(problems)} stale citation(s):\n" + "\n".join(problems)
 
 
-def test_the_check_catches_what_goes_stale(tmp_path: Path) -> None:
-    page = ROOT / "docs" / "_probe.md"
+def test_the_check_catches_what_goes_stale() -> None:
     text = (
         "`_decide.py:385` `success`; `:240`; `_no_such.py`; `_decide.py: no_such_rule`;"
         " `_decide.no_such`; `tests/unit/test_doc_code_refs.py::test_gone`; `_engine.py: Runtime`;"
-        " `_engine.Runtime.run`; `lw.STOP_REASONS`; `store/_sql*.py`; `Runtime.edit`; `Runtime.no_such`"
+        " `_engine.Runtime.run`; `lw.STOP_REASONS`; `store/_sql*.py`; `Runtime.edit`; `Runtime.no_such`;"
+        " `verifiers/_run_tests`; `_lift_check`; `_compiled`"
     )
-    page.write_text(text, encoding="utf-8")
-    try:
-        problems = _problems(page)
-    finally:
-        page.unlink()
+    problems = _problems(ROOT / "docs" / "probe.md", text)
     assert [p.rsplit("`: ", 1)[1] for p in problems] == [
         "a line number goes stale; cite the symbol",
         "a line number goes stale; cite the symbol",
@@ -212,6 +232,7 @@ def test_the_check_catches_what_goes_stale(tmp_path: Path) -> None:
         "src/loopwright/_decide.py defines no no_such",
         "tests/unit/test_doc_code_refs.py defines no test_gone",
         "no class Runtime of the package defines no_such",
+        "no module or name _compiled in the code",
     ]
 
 
