@@ -5,6 +5,8 @@ line numbers had gone stale, so a reader following one landed on the wrong code.
 Read with ``ast``, nothing imported. In each backticked span of docs/*.md, the README, the
 examples' and bench's READMEs (code fences left out):
 
+- a name the doc gives as a former one (``was `cli/_damage.py```, ```X` moved to `Y```) is
+  left alone; everything else must be there:
 - no line-number citation: ``path.py:123``, nor the ``:123`` that continues one;
 - each ``path.py`` (or glob) exists, where the doc means it: beside the doc, from the repo root,
   under ``src/loopwright/``, ``bench/``, ``tests/`` (and its unit, integration, e2e, support
@@ -46,6 +48,8 @@ NOT_OURS = {"file.py", "random.py", "json.py", "code.py", "helpers.py", "fix_inv
 NOT_THERE = {"Runtime.runs", "_frac", "_pt_"}
 
 SPAN = re.compile(r"`([^`\n]+)`")
+FORMER_BEFORE = re.compile(r"\b(?:was|were|formerly)\s+$")
+FORMER_AFTER = re.compile(r"\s*(?:\([^)]*\)\s*)?(?:moved|was moved|was renamed|became) to\b")
 LINE_CITE = re.compile(r"(?:\.py|^):\d")  # `_decide.py:385`, and `:240` after one
 PATH = re.compile(r"(?<![\w./*-])([\w./*-]*\w\.py)(?:(?:::|:\s*)([A-Za-z_][\w.]*(?:::[\w]+)?))?")
 BARE = re.compile(r"(?:\w+/)*_[a-z]\w*")  # `_engine`, `verifiers/_run_tests`, `_lift_check`
@@ -54,7 +58,8 @@ DOTTED = re.compile(r"^((?:loopwright|lw)(?:\.\w+)+|(?:\w+\.)*_\w+\.[A-Za-z_]\w*
 
 
 def _spans(text: str) -> list[tuple[int, str]]:
-    """Each backticked span with its line, code fences left out."""
+    """Each backticked span with its line, code fences left out, and those a doc gives as a
+    former name (``was `cli/_damage.py```, ```cli/_hint_store` (…) moved to `_hints```)."""
     out: list[tuple[int, str]] = []
     fenced = False
     for n, line in enumerate(text.splitlines(), 1):
@@ -62,7 +67,12 @@ def _spans(text: str) -> list[tuple[int, str]]:
             fenced = not fenced
             continue
         if not fenced:
-            out += [(n, m.group(1)) for m in SPAN.finditer(line)]
+            out += [
+                (n, m.group(1))
+                for m in SPAN.finditer(line)
+                if not FORMER_BEFORE.search(line, 0, m.start())
+                and not FORMER_AFTER.match(line, m.end())
+            ]
     return out
 
 
@@ -221,7 +231,7 @@ def test_the_check_catches_what_goes_stale() -> None:
         "`_decide.py:385` `success`; `:240`; `_no_such.py`; `_decide.py: no_such_rule`;"
         " `_decide.no_such`; `tests/unit/test_doc_code_refs.py::test_gone`; `_engine.py: Runtime`;"
         " `_engine.Runtime.run`; `lw.STOP_REASONS`; `store/_sql*.py`; `Runtime.edit`; `Runtime.no_such`;"
-        " `verifiers/_run_tests`; `_lift_check`; `_compiled`"
+        " `verifiers/_run_tests`; `_lift_check`; `_compiled`; (was `_gone.py`); `_gone` (a) moved to"
     )
     problems = _problems(ROOT / "docs" / "probe.md", text)
     assert [p.rsplit("`: ", 1)[1] for p in problems] == [
