@@ -66,7 +66,15 @@ class Gate:
                 raise busy()
             place = threading.Event()
             self._waiting.append(place)
-        place.wait()  # (given: held for it by ``leave``)
+        try:
+            place.wait()  # (given: held for it by ``leave``)
+        except BaseException:  # (Ctrl-C in the wait: the place, if given, is the next one's)
+            with self._lock:
+                if place in self._waiting:
+                    self._waiting.remove(place)
+                    raise
+            self.leave()
+            raise
 
     async def enter(self) -> None:
         loop = asyncio.get_running_loop()

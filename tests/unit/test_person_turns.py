@@ -162,3 +162,62 @@ def test_a_synchronous_operation_on_the_event_loop_is_refused_while_the_run_is_t
         assert isinstance(edited, lw.RunRecord)
         assert "cancel_requested" not in str(_kinds(rt, run_id))  # (nothing of it done)
         assert rt.store.get_run(run_id).status != "cancelled"
+
+
+class _Interrupted(threading.Event):
+    """A turn's place waited for by the main thread, interrupted there (Ctrl-C)."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if threading.current_thread() is threading.main_thread():
+            raise KeyboardInterrupt
+        return super().wait(timeout)
+
+
+def test_an_operation_interrupted_while_it_waits_its_turn_leaves_the_turn_to_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An edit holds the run's turn; a cancel waiting for it is interrupted (Ctrl-C in a
+    REPL); a third operation waits behind it. The edit ending hands the turn to the third.
+    Before, the interrupted waiter stayed queued: the turn was handed to it, nobody took it,
+    and the third operation (and every one after on the run) waited for ever (review56a)."""
+    from loopwright import _person_gate
+
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        run_id = rt.create(LOOP, TASK, task_key="k")[0].run_id
+        hold = HoldFirst(rt)
+        out: dict[str, Any] = {}
+
+        def call(name: str, fn: Any) -> None:
+            try:
+                out[name] = fn()
+            except BaseException as exc:
+                out[name] = exc
+
+        editing = threading.Thread(
+            target=call, args=("edit", lambda: rt.edit(run_id, "doc/a", 7, by="ops"))
+        )
+        editing.start()
+        assert hold.entered.wait(60)
+        monkeypatch.setattr(_person_gate.threading, "Event", _Interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            rt.cancel(run_id, by="ops")
+        monkeypatch.undo()
+        gate = rt._person_ops._turns[run_id]
+        queued = len(gate._waiting)
+        pausing = threading.Thread(
+            target=call, args=("pause", lambda: rt.pause(run_id, by="o")), daemon=True
+        )
+        pausing.start()
+        seen = threading.Event()
+        for _ in range(6000):  # until the pause waits its turn
+            if len(gate._waiting) == queued + 1:
+                break
+            seen.wait(0.01)
+        hold.go.set()
+        editing.join(60)
+        pausing.join(60)
+        assert not pausing.is_alive()  # (before: waiting for ever, the turn given to nobody)
+        assert isinstance(out["edit"], lw.RunRecord)
+        assert isinstance(out["pause"], lw.Approval), out["pause"]
+        assert gate.held == 0 and not gate._waiting
+        assert rt.store.get_run(run_id).lease_owner is None and not rt._driving
