@@ -42,8 +42,16 @@ _COMMAND = re.compile(r"(`loopwright [^`]+?)(`)|(\(loopwright [^()]+?)(\))")
 
 def settle_command(run_id: str, key: str, *, done: bool = True) -> str:
     """``loopwright settle RUN KEY --done`` (or ``--not-done``) for ``run_id``'s effect ``key``,
-    as a person types it (the run's short id; every word runnable as printed, polish55)."""
-    return f"loopwright settle {run_id[:12]} {key} {'--done' if done else '--not-done'}"
+    as a person types it (the run's short id; every word runnable as printed, polish55). The
+    key is a business key maybe (``effect(key=...)``, from the call's arguments, which a model
+    may have chosen): quoted for the shell where it is not one plain word, so that a pasted
+    command settles that key, and never runs what the key holds (``x; rm -rf ~``)."""
+    word = key if _PLAIN_WORD.fullmatch(key) else shlex.quote(key)
+    return f"loopwright settle {run_id[:12]} {word} {'--done' if done else '--not-done'}"
+
+
+# a key the shell reads as itself, unquoted (``pay:A-1~2``; a ``~`` first is a home directory)
+_PLAIN_WORD = re.compile(r"[\w@%+=:,./-][\w@%+=:,./~-]*", re.ASCII)
 
 
 def _same_store(a: str, b: str) -> bool:

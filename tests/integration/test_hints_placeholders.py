@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 from doc_loop import TASK
@@ -178,3 +179,42 @@ def test_one_proposed_memory_is_confirmed_by_its_id(
     with lw.Runtime(store) as rt:
         [item] = [it for it in lw.FeedbackMemory(rt.store).list() if it.scope == "global"]
     assert item.status == "active", item
+
+
+def test_a_settle_command_quotes_a_key_that_is_not_one_plain_word(
+    url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A business key comes from the call's arguments (a model's choice, maybe): printed bare,
+    `loopwright settle RUN INV 7; touch FILE --done` settled nothing (extra arguments) and,
+    pasted into a shell, ran what the key held. Quoted, the command settles that key and runs
+    nothing else (review56a; fails before: the key split over several words)."""
+    pwned = tmp_path / "pwned"
+    invoice = f"INV 7; touch {pwned}"
+
+    @lw.effect("spend", name="pay", key=lambda a: a["invoice"])
+    def pay(invoice: str, amount: float) -> dict[str, Any]:
+        raise lw.TransientError("the ledger write after the charge failed")
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        fix = tuple(lw.Edit("doc", k, v) for k, v in (("a", 1), ("b", 2), ("c", 3)))
+        return lw.Proposal(edits=fix, effects=(pay.call(invoice=invoice, amount=5.0),))
+
+    base = _paying([], None)
+    loop = lw.Loop(
+        name="quoted",
+        actor=actor,
+        verifiers=base.verifiers,
+        contract=base.contract,
+        effects=[pay],
+        approvals=base.approvals,
+    )
+    with lw.Runtime(url) as rt:
+        a = rt.run_sync(loop, TASK)
+    assert a.status == "escalated" and a.packet is not None
+    [done] = [c for c in _commands(a.packet["recommended_action"]) if "--done" in c]
+    assert done[:3] == ["settle", a.run_id[:12], f"pay:{invoice}"] and done[3:] == ["--done"], done
+    rc, said = _run(capsys, *done, "--store", url)
+    assert rc == 0, said
+    with lw.Runtime(url) as rt:
+        settled = [e.data["done"] for e in rt.store.events(a.run_id) if e.kind == "effect_settled"]
+    assert settled == [True] and not pwned.exists()
