@@ -330,7 +330,8 @@ class Runtime(
         ex, rec = ready
         beat = asyncio.create_task(self._heartbeat(ex))
         self._active += 1
-        self._count_driven(rec.run_id)
+        if token is not None:  # (else counted since ``_ready`` took the lease, and kept)
+            self._count_driven(rec.run_id)
         unavailable: StoreUnavailableError | None = None
         answered = False  # whether the store took the lease back (it answers again)
         opened = ex.seq  # (a commit since wrote this execution's start event: ``_said_alive``)

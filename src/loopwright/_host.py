@@ -124,8 +124,10 @@ class RuntimeHost:
         owner take its own lease) and handed it back, the new execution fenced out mid-cycle
         (review54a). The run is returned counted as driven: the caller lets it go
         (``_undrive``)."""
-        self._refuse_driven(run_id)
-        self._count_driven(run_id)
+        with _DRIVING:  # (the check and the count one step: a person's operation in another
+            # thread found the run free between them, took its lease, and was fenced out)
+            self._refuse_driven(run_id)
+            self._driving[run_id] += 1
         try:
             if not self.store.concurrent_writers:
                 return self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s)
@@ -143,6 +145,17 @@ class RuntimeHost:
             self._undrive(run_id)
             raise
         return token
+
+    def _drive_for(self, run_id: str, op: str) -> bool:
+        """The run counted as driven by the person's operation ``op`` (``_person_turn``)
+        unless this runtime drives it already (then False, nothing counted): the check and
+        the count one step, as a resume's (``_lease_to_drive``)."""
+        with _DRIVING:
+            if run_id in self._driving:
+                return False
+            self._driving[run_id] += 1
+            self._person_ops.runs[run_id] = op
+            return True
 
     def _count_driven(self, run_id: str) -> None:
         with _DRIVING:

@@ -66,10 +66,8 @@ def begin(rt: RuntimeHost, rid: str | None, name: str, *, leased: bool) -> str |
     The run counted so, or None."""
     ops = rt._person_ops
     ops.start_op(name)
-    if not leased or rid is None or rid in rt._driving:
+    if not leased or rid is None or not rt._drive_for(rid, name):
         return None
-    rt._count_driven(rid)
-    ops.runs[rid] = name
     return rid
 
 

@@ -61,14 +61,21 @@ class Resuming(RuntimeHost):
                 await written(self.store, self.store.release_lease, rec.run_id, token)
             return self.result(rec.run_id)
         if token is None:
-            # (counted as driven by this runtime from the take until ``resume`` counts it
-            # itself: its writes below wait off the loop (PostgreSQL), and a second resume or
-            # an edit of this runtime meanwhile took the lease again, this one fenced out)
+            # (counted as driven by this runtime from the take: its writes below wait off the
+            # loop (PostgreSQL), and a second resume or an edit of this runtime meanwhile took
+            # the lease again, this one fenced out; an execution returned keeps the count,
+            # ``resume``'s until its lease is handed back: let go here and counted again
+            # there, an operation in another thread found the run free between the two and
+            # took its lease, the execution fenced out, review56a)
             token = await self._lease_to_drive(rec.run_id)
+            handed = False
             try:
-                return await self._taken(rec, loop, token, held)
+                got = await self._taken(rec, loop, token, held)
+                handed = isinstance(got, tuple)
+                return got
             finally:
-                self._undrive(rec.run_id)
+                if not handed:
+                    self._undrive(rec.run_id)
         return await self._prepared(rec, loop, token)
 
     async def _taken(

@@ -221,3 +221,50 @@ def test_an_operation_interrupted_while_it_waits_its_turn_leaves_the_turn_to_the
         assert isinstance(out["pause"], lw.Approval), out["pause"]
         assert gate.held == 0 and not gate._waiting
         assert rt.store.get_run(run_id).lease_owner is None and not rt._driving
+
+
+def test_a_resume_and_an_operation_in_another_thread_never_both_drive_the_run(
+    tmp_path: Path,
+) -> None:
+    """A resume's check that nothing of this runtime drives the run and its count of the run as
+    driven are one step: between them (a thread switch), an edit in another thread found the
+    run free, counted it and took its lease; the resume then took the lease again (the store
+    lets an owner take its own lease) and ran its cycles under the edit, fenced out mid-way
+    (review56a). The test holds the resume at that point where it exists (before: its count);
+    here the edit waits for nothing and one of the two is refused or goes first."""
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        run_id = rt.create(LOOP, TASK, task_key="r")[0].run_id
+        hold = HoldFirst(rt)
+        out: dict[str, Any] = {}
+
+        def call(name: str, fn: Any) -> None:
+            try:
+                out[name] = fn()
+            except BaseException as exc:
+                out[name] = exc
+
+        editing = threading.Thread(
+            target=call, args=("edit", lambda: rt.edit(run_id, "doc/a", 7, by="ops")), daemon=True
+        )
+        count = rt._count_driven
+
+        def counted(rid: str) -> None:
+            if threading.current_thread() is threading.main_thread() and not editing.is_alive():
+                editing.start()  # (the resume checked the run free, not yet counted it)
+                assert hold.entered.wait(60)  # (the edit holds the run's lease)
+            count(rid)
+
+        rt._count_driven = counted  # type: ignore[method-assign]
+        try:
+            resumed: Any = rt.resume_sync(run_id, LOOP)
+        except lw.ConflictError as exc:
+            resumed = exc
+        hold.go.set()
+        if editing.ident is not None:
+            editing.join(60)
+        if isinstance(resumed, lw.ConflictError):  # (refused: the edit drives the run)
+            assert isinstance(out["edit"], lw.RunRecord), out["edit"]
+        else:  # (the edit never started beside it, or was refused)
+            assert resumed.cycles == 2
+            assert "edit" not in out or isinstance(out["edit"], lw.ConflictError), out["edit"]
+        assert rt.store.get_run(run_id).lease_owner is None and not rt._driving
