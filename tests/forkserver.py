@@ -117,6 +117,7 @@ CLI_PRELOAD = (
     "loopwright.cli._plain_params",
     "loopwright.cli._render",
     "loopwright.cli._stores",
+    "loopwright.cli._summary",
     "loopwright.cli._table",
     "loopwright.cli._tasks",
     *(  # full_app's order: sorted(set(_ELSEWHERE.values()))

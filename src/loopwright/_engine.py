@@ -75,6 +75,7 @@ from ._saying import Saying
 from ._settle import Settling
 from ._store_folder import missing_schema_error, missing_store_folder
 from ._store_threads import loop_running, uncancelled, written
+from ._stored_run_words import cost_over_budget, tokens_over_budget
 from ._task_parts import say_ignored
 from ._usage import Usage
 from .store import DEFAULT_STORE, NewEvent, Store, open_store, resolve_store_url
@@ -431,6 +432,8 @@ class Runtime(
             ),
             held_out_passed=rec.held_out_passed,
             held_out_self_reported=rec.held_out_self_reported,
+            over_budget_usd=cost_over_budget(rec) or None,
+            over_budget_tokens=tokens_over_budget(rec) or None,
         )
 
     def events(

@@ -39,6 +39,12 @@ class RunResult:
     # process (the run's ``held_out_self_reported``; None: unknown): any, and the verdict is
     # not an independent one (``held_out_independent``, stop 56)
     held_out_self_reported: int | None = None
+    # how far the run's spend is past its cost budget, and its tokens past its token budget
+    # (``_stored_run_words.cost_over_budget``, ``tokens_over_budget``): None within it, or
+    # with none. A bill charged after the last budget check (a call in flight, an execution
+    # fenced out: fenced56b) can take an accepted run past its budget with no stop to say so.
+    over_budget_usd: float | None = None
+    over_budget_tokens: int | None = None
 
     @property
     def held_out_independent(self) -> bool | None:
@@ -64,6 +70,8 @@ class RunResult:
             "held_out_verdict": held_out_words(
                 self.held_out_passed, self.held_out_self_reported
             ).kind,
+            "over_budget_usd": self.over_budget_usd,
+            "over_budget_tokens": self.over_budget_tokens,
             "packet": self.packet,
         }
 

@@ -10,14 +10,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ._concluded import concluded_in
 from ._contract import TERMINAL_STATUSES
 from ._crash_bound import LEFT_ALIVE, event_lease
 from ._decide import record_no_attempt
-from ._errors import ConfigError, RunNotFoundError
-from ._inherited import fork_seq, inherited
+from ._inherited import inherited
 from ._stored_run_words import cost_over_budget
 from ._verdict import independent
+from ._verified_lineage import Verified, VerifiedLineage, concludes_cycle, fork_base
 from .store import Approval, Checkpoint, Event, RunRecord, Store
 from .store._records import PAUSE
 
@@ -62,76 +61,6 @@ PERSON_DECISIONS = frozenset({"approved", "denied", "answered"})
 _HANDOFF_EVENTS = frozenset(
     {"approval_requested", "approval_decided", "still_waiting", "rolled_back", "stopped", "paused"}
 )
-# Decisions of a concluded cycle (the others are mid-cycle commits: parked, effects, rollback).
-_CONCLUDED = frozenset({"accepted", "revise", "refused", "asked"})
-
-
-def _concluded(record: Mapping[str, Any] | None) -> bool:
-    """Whether a checkpoint's record concludes a cycle (not a mid-cycle commit or rollback)."""
-    return record is not None and record.get("decision") in _CONCLUDED and "cycle" in record
-
-
-#: A verified cycle: its number and the visible checks that passed in it.
-_Verified = tuple[int, frozenset[str]]
-
-
-class _Lineage:
-    """``regression_rate``'s reading of one run: its kept verified cycles, newest last (those a
-    rollback undid are dropped; a fork starts from its origin's last one at the fork point).
-    Held run-length: an entry is the first of consecutive verified cycles whose checks passed
-    alike, so a long steady run holds one entry (invariant 8), and after a rollback to k the
-    last entry starting at or before k holds what passed in the last verified cycle ≤ k."""
-
-    def __init__(self, base: _Verified | None = None) -> None:
-        self.kept: list[_Verified] = [base] if base is not None else []
-
-    def record(
-        self, rec: Mapping[str, Any], concluded: bool
-    ) -> tuple[bool, tuple[str, ...]] | None:
-        """Fold one checkpoint record in. For a verified cycle: (whether it had a previous
-        verified cycle, the checks that passed there and fail here); else None."""
-        if rec.get("decision") == "rollback":
-            to = int(rec.get("to_cycle") or 0)
-            while self.kept and self.kept[-1][0] > to:  # (kept in cycle order)
-                self.kept.pop()
-            return None
-        visible = rec.get("visible") or {}
-        if not concluded or not visible:
-            return None
-        passed = frozenset(k for k, v in visible.items() if (v or {}).get("passed"))
-        prev = self.kept[-1][1] if self.kept else None
-        if prev != passed:
-            self.kept.append((int(rec["cycle"]), passed))
-        if prev is None:
-            return False, ()
-        return True, tuple(sorted(k for k in visible if k in prev and k not in passed))
-
-    @property
-    def last(self) -> _Verified | None:
-        return self.kept[-1] if self.kept else None
-
-
-def fork_base(st: Store, run: RunRecord) -> _Verified | None:
-    """For a fork, its origin's last verified cycle at the fork point (the kept lineage up to
-    the origin's checkpoint it was made from; a fork of a fork reaches back further): what the
-    fork's first verified cycle is compared with (numbered as ``_Lineage`` keeps it: maybe the
-    first of the cycles before it that passed alike). None for a run that is not a fork, a
-    fork of a point before any verified cycle, or one whose origin is gone."""
-    if run.forked_from is None or run.forked_at is None:
-        return None
-    try:
-        origin = st.get_run(run.forked_from)
-        upto = fork_seq(st, run)
-        if upto is None:  # a fork made before the seq was recorded
-            upto = concluded_in(st, origin.run_id, run.forked_at, "forked_at").seq
-    except (RunNotFoundError, ConfigError):
-        return None
-    lineage = _Lineage(fork_base(st, origin))
-    for seq, _cycle, record in st.iter_records(origin.run_id):
-        if seq > upto:
-            break
-        lineage.record(record or {}, _concluded(record))
-    return lineage.last
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,7 +313,7 @@ class _RunFold:
     """One run's metrics folded over its checkpoints (in ``seq`` order) and its events (in
     ``id`` order): accumulators only, so a reader of a long run holds neither list."""
 
-    def __init__(self, run: RunRecord, fork_base: _Verified | None = None) -> None:
+    def __init__(self, run: RunRecord, fork_base: Verified | None = None) -> None:
         self.run = run
         self.inh = inherited(run, None)
         self.started = False
@@ -393,7 +322,7 @@ class _RunFold:
         self.through = 0.0
         self.summed = 0.0  # fallback for states without ``spent``: the cycles' own usage
         # regressions: the kept verified cycles (a fork's starting from its origin's)
-        self.lineage = _Lineage(fork_base)
+        self.lineage = VerifiedLineage(fork_base)
         self.checked = self.verified = 0
         self.found: list[tuple[int, tuple[str, ...]]] = []
         # context reuse
@@ -425,7 +354,7 @@ class _RunFold:
             self.inh = inherited(self.run, fields if seq == 0 else None)
             self.through = self.summed = self.inh.cost_usd
         rec: Mapping[str, Any] = record or {}
-        concluded = _concluded(record)
+        concluded = concludes_cycle(record)
         self._improvement(rec, concluded, fields)
         self._regression(rec, concluded)
         self._context(rec, concluded, fields)

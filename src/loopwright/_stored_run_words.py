@@ -17,10 +17,12 @@ if TYPE_CHECKING:
     from .store import Approval, RunRecord
 
 __all__ = [
+    "OVER_BUDGET_LEGEND",
     "cost_over_budget",
     "over_budget_words",
     "run_next_action",
     "run_stop_cause",
+    "tokens_over_budget",
     "waits_only_to_start",
 ]
 
@@ -109,6 +111,26 @@ def cost_over_budget(rec: _SpendLike) -> float:
     return rec.cost_usd - limit
 
 
+#: What a starred spend cell means, under a list of runs (``loopwright runs``, the dashboard's).
+OVER_BUDGET_LEGEND = (
+    "a starred cost (0.30*): spent past its budget (cost or tokens), a call's bill charged "
+    "after its last budget check (a call in flight, or an execution fenced out); show RUN "
+    "says how far"
+)
+
+
+def tokens_over_budget(rec: _SpendLike) -> int:
+    """How many tokens a stored run used past its contract's token budget; 0 within it, or
+    with none (``cost_over_budget``'s reading of tokens)."""
+    try:
+        limit = contract_from_snapshot(rec.contract).budget.max_tokens
+    except Exception:  # (an older contract shape: no budget to judge by)
+        return 0
+    if limit is None or not crosses(rec.tokens, limit, whole=True):
+        return 0
+    return rec.tokens - limit
+
+
 def over_budget_words(rec: _SpendLike) -> str | None:
     """What ``show`` and the API say of a run past its cost or token budget
     (``cost_over_budget``); None within them."""
@@ -121,7 +143,7 @@ def over_budget_words(rec: _SpendLike) -> str | None:
     if over and b.max_cost_usd is not None:
         said.append(f"spent {usd(rec.cost_usd)} of its {usd(b.max_cost_usd)} cost budget")
         said[-1] += f" ({usd(over)} over)"
-    if b.max_tokens is not None and crosses(rec.tokens, b.max_tokens, whole=True):
+    if b.max_tokens is not None and tokens_over_budget(rec):
         said.append(f"used {rec.tokens} of its {b.max_tokens} tokens")
     if not said:
         return None

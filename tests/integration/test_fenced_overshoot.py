@@ -6,7 +6,9 @@ out, added to the run's row as its word is said (fenced56), are charged by the n
 only. A word said while the executor that took the run over drives its last cycle took the
 run past its budget ($0.30 of $0.25) while ``show`` said its spend alone, the budget as kept,
 and the metrics nothing. ``show``, ``show --json``, ``/api/runs/{id}`` and the per-run
-metrics now say how far.
+metrics now say how far; so do the lists (``loopwright runs``, its ``--json``, the dashboard's:
+a starred spend cell and a line that says why), the dashboard's run page and ``RunResult``
+(``over_budget_usd``, and ``over_budget_tokens`` past its token budget: over56).
 
 Executor ``a`` is held in its actor at cycle 2 until ``b`` has taken the run over and is held
 there too; ``a`` let go is fenced out and says its word; ``b`` let go concludes cycle 2 (its
@@ -26,6 +28,8 @@ import loopwright as lw
 from loopwright.cli import main
 
 ACTOR = lw.Usage(cost_usd=0.10, tokens=10)
+#: The line under a list with a starred spend cell.
+STARRED = "a starred cost (0.30*): spent past its budget"
 
 
 def _loop(gates: Gates) -> lw.Loop:
@@ -38,7 +42,7 @@ def _loop(gates: Gates) -> lw.Loop:
         n = int(state.values()["doc"].get("n", 0))
         return lw.Verdict(passed=n == 2, score=n / 2)
 
-    budget = lw.Budget(max_cycles=10, max_cost_usd=0.25)
+    budget = lw.Budget(max_cycles=10, max_cost_usd=0.25, max_tokens=25)
     return lw.Loop(name="over", actor=actor, verifiers=[done], contract=lw.Contract(budget=budget))
 
 
@@ -69,25 +73,55 @@ def test_a_run_past_its_budget_by_a_fenced_bill_says_so(
         # an accepted run has no packet: ``show`` and the metrics read the row too
         assert r.spent.cost_usd == pytest.approx(0.30)
         assert rt.store.get_run(run_id).packet is None
+        # the result says how far too (its tokens: 30 of 25), as its dict does
+        assert r.over_budget_usd == pytest.approx(0.05) and r.over_budget_tokens == 5
+        assert r.to_dict()["over_budget_usd"] == pytest.approx(0.05)
+        assert r.to_dict()["over_budget_tokens"] == 5
     capsys.readouterr()
     assert main(["show", run_id, "--store", url]) == 0
     shown = " ".join(capsys.readouterr().out.replace("│", " ").split())  # (unwrapped)
     assert "over budget: spent $0.30 of its $0.25 cost budget ($0.05 over)" in shown, shown
+    assert "used 30 of its 25 tokens" in shown, shown
     assert main(["show", run_id, "--store", url, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["run"]["over_budget_usd"] == pytest.approx(0.05)
-    api = dashboard(url, token="t" * 24).get(f"/api/runs/{run_id}")
+    web = dashboard(url, token="t" * 24)
+    api = web.get(f"/api/runs/{run_id}")
     assert api.status_code == 200 and api.json()["run"]["over_budget_usd"] == pytest.approx(0.05)
+    # the lists say it too: a starred spend cell and a line under the list that says why
+    assert main(["runs", "--store", url]) == 0
+    listed = capsys.readouterr().out
+    assert "0.30*" in listed and STARRED in " ".join(listed.split()), listed
+    assert main(["runs", "--store", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["over_budget_usd"] == pytest.approx(0.05)
+    page = web.get("/")
+    assert page.status_code == 200 and "0.30*</span>" in page.text, page.text
+    assert 'id="over-budget-legend"' in page.text and STARRED in page.text
+    run_page = web.get(f"/runs/{run_id}")
+    assert run_page.status_code == 200
+    assert "spent $0.30 of its $0.25 cost budget ($0.05 over)" in run_page.text
     with lw.Runtime(url) as rt:
         m = lw.compute_metrics(rt.store)
         assert m.per_run[0].over_budget_usd == pytest.approx(0.05)
         assert m.to_dict(per_run=True)["per_run"][0]["over_budget_usd"] == pytest.approx(0.05)
 
 
-def test_a_run_within_its_budget_says_nothing_of_it(url: str) -> None:
+def test_a_run_within_its_budget_says_nothing_of_it(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     loop = _loop({})
     with lw.Runtime(url) as rt:
         r = rt.run_sync(loop, TASK, task_key="within")
         assert r.status == "accepted" and r.spent.cost_usd == pytest.approx(0.20)
+        assert r.over_budget_usd is None and r.over_budget_tokens is None
+        assert r.to_dict()["over_budget_usd"] is None
         m = lw.compute_metrics(rt.store)
         assert m.per_run[0].over_budget_usd == 0.0
+    capsys.readouterr()
+    assert main(["runs", "--store", url]) == 0
+    listed = capsys.readouterr().out
+    assert "0.20" in listed and "*" not in listed and "budget" not in listed, listed
+    web = dashboard(url, token="t" * 24)
+    page, run_page = web.get("/").text, web.get(f"/runs/{r.run_id}").text
+    assert "0.20</td>" in page and "over-budget" not in page, page
+    assert "over budget" not in run_page and 'id="over-budget"' not in run_page

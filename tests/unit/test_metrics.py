@@ -675,7 +675,7 @@ def test_parse_time_rejects_anything_else_naming_the_field(bad: Any) -> None:
 def _caption(runs: list[RunRecord]) -> str:
     from rich.console import Console
 
-    from loopwright.cli._render import summary_table
+    from loopwright.cli._summary import summary_table
 
     out = Console(record=True, width=400)
     out.print(summary_table(runs))

@@ -74,13 +74,21 @@ def runs(
         typer.echo(line, err=True)
     if as_json:
         from .._hints import carry_store_in
-        from .._stored_run_words import run_stop_cause
+        from .._stored_run_words import cost_over_budget, run_stop_cause
 
-        # (the commands in each run's words name the store given, as the table's: notify56)
+        # (the commands in each run's words name the store given, as the table's: notify56;
+        # how far its spend is past its cost budget, as show --json says it: fenced56b)
         flag = store_flag()
         _print_json(
             [
-                carry_store_in({**r.to_dict(), "stop_cause": run_stop_cause(r)}, flag)
+                carry_store_in(
+                    {
+                        **r.to_dict(),
+                        "stop_cause": run_stop_cause(r),
+                        "over_budget_usd": cost_over_budget(r),
+                    },
+                    flag,
+                )
                 for r in records
             ]
         )

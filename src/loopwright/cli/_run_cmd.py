@@ -151,8 +151,8 @@ def _execute_on_ray(
     from ..executors import RayBatchError, run_on_ray
     from ..store import open_store, resolve_store_url
     from ._people_cmd import starter
-    from ._render import summary_table
     from ._say import console, say
+    from ._summary import summary_table
 
     out = console(stderr=quiet)
     with open_store(resolve_store_url(store)) as st:
@@ -222,8 +222,8 @@ def _execute(
     from .._engine import Runtime
     from ._interrupt import run_async
     from ._live import LiveView
-    from ._render import summary_table
     from ._say import console, say
+    from ._summary import summary_table
 
     view = LiveView(len(items), title or f"{loop.name}: {len(items)} task(s)")
     with Runtime(store, on_progress=view.update) as rt:

@@ -282,13 +282,15 @@ def print_runs(
     """The runs, one per line; ``total``: how many matched (more when only the newest show);
     ``now``: the store's clock, which judges a lease (default: this host's). When a run was
     created is its writer's clock, as ``created_at`` is, told on this host's (review48a)."""
-    from .._stored_run_words import run_stop_cause
+    from .._stored_run_words import OVER_BUDGET_LEGEND, over_budget_words, run_stop_cause
 
     here = time.time()
     now = here if now is None else now
     why = [
         run_stop_cause(r) or interrupted(r, now) or not_started(r) or parked(r) or "-" for r in runs
     ]
+    # a spend past its budget (a bill charged after its last check: fenced56b) is starred
+    over = [over_budget_words(r) is not None for r in runs]
     rows = [
         (
             (r.run_id[:12], ""),
@@ -299,11 +301,11 @@ def print_runs(
             (said, ""),
             (str(r.cycle), ""),
             ("-" if r.best_score is None else f"{r.best_score:.2f}", ""),
-            (usd_digits(r.cost_usd), ""),
+            (usd_digits(r.cost_usd) + "*", "red") if past else (usd_digits(r.cost_usd), ""),
             _held_cell(r),
             (_ago(r.created_at, here), ""),
         )
-        for r, said in zip(runs, why, strict=True)
+        for r, said, past in zip(runs, why, over, strict=True)
     ]
     title = f"{total} run(s)" + (f", the newest {len(runs)} shown" if total > len(runs) else "")
     width = terminal_width() if width is None else width
@@ -323,6 +325,8 @@ def print_runs(
             _wrapped([f"and {len(forks) - 5} more fork(s) not started"], width)
     # what a starred cell means, a line each under the table (``HeldOutWords.legend``)
     legends = dict.fromkeys(w.legend for r in runs if (w := _held_words(r)).legend)
+    if any(over):
+        legends[OVER_BUDGET_LEGEND] = None
     if legends:
         _wrapped(list(legends), width)
     if total > len(runs):

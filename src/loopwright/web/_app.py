@@ -16,6 +16,7 @@ from fastapi.templating import Jinja2Templates
 from .._authority import check_person
 from .._errors import ConfigError
 from .._money_text import usd, usd_digits
+from .._stored_run_words import OVER_BUDGET_LEGEND, over_budget_words
 from .._verdict import held_out_words
 from ..store import open_store
 from ._actions import ActionDeps, register_actions
@@ -160,6 +161,9 @@ def create_app(
     env.filters["usd_digits"] = usd_digits
     # a run's held-out verdict in words, the same on every page (``_verdict.held_out_words``)
     env.globals["held_words"] = held_out_words
+    # a spend past its budget in words, else None (``_stored_run_words``; fenced56b)
+    env.globals["over_words"] = over_budget_words
+    env.globals["over_legend"] = OVER_BUDGET_LEGEND
     templates = Jinja2Templates(env=env)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 
