@@ -198,3 +198,24 @@ def test_a_dead_endpoint_gives_a_settling_up_after_its_rounds_and_goes_on(
         with _notifying(url, hook) as again:  # a restart posts neither again
             again.poll()
         assert len(hook.got) == posts
+
+
+def test_a_settling_refused_with_a_4xx_is_audited_not_delivered(url: str) -> None:
+    """A 4xx was logged and passed, and nothing in the store said the settling was never
+    posted: it is given up at once (no rounds), audited as the dead endpoint's are."""
+    run_id = _escalated(url)
+    with closing(Listener([404])) as hook:
+        with _notifying(url, hook) as feed:
+            _settle(url, run_id)
+            feed.poll()
+        assert [s for s, _, _ in hook.got] == [404]
+    with closing(open_store(url)) as st:
+        [a] = st.audit(action="notify")
+        assert (a.target, a.outcome, a.detail["rounds"], a.detail["error"]) == (
+            f"run {run_id}",
+            "failed",
+            1,
+            "HTTP 404",
+        )
+        [m] = st.events_of_kind(run_id, "notified")
+        assert m.data["failed"] is True

@@ -14,7 +14,8 @@ error, a timeout, 408, 429 or 5xx; a failure is logged and never reaches the ser
 requests. A request is posted once per URL: a ``notified`` event on its run marks it
 delivered, so a restarted server does not post it again. A person's settlings are read by each
 URL's thread from its cursor in the store (``Store.notify_cursor``): one made while no process
-notified is posted when one starts, once.
+notified is posted when one starts, once; one whose post fails ``settled_rounds`` rounds in a
+row (a 4xx at once) is given up: marked failed, audited, and the cursor moves on.
 """
 
 from __future__ import annotations
