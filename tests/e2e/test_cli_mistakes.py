@@ -212,6 +212,21 @@ def test_dashboard_urls_that_are_not_http(accepted: tuple[Path, str], project: P
     )
 
 
+def test_notify_settlings_every_and_rounds(accepted: tuple[Path, str], project: Path) -> None:
+    """notify56b: `--notify-every` (how often the settlings are read) and `--notify-rounds`
+    (failed rounds before a settling is given up) on both commands that notify."""
+    store, _ = accepted
+    hook = ("--notify", "http://127.0.0.1:9/hook")
+    for args, option in (
+        (("ui", *hook, "--notify-every", "0", "--port", "1"), "--notify-every"),
+        (("worker", "--once", *hook, "--notify-every", "-1"), "--notify-every"),
+        (("worker", "--once", "--notify-every", "7200"), "--notify-every"),
+        (("ui", *hook, "--notify-rounds", "0", "--port", "1"), "--notify-rounds"),
+        (("worker", "--once", *hook, "--notify-rounds", "-1"), "--notify-rounds"),
+    ):
+        refused(lw(*args, cwd=project, store=store), option)
+
+
 def test_an_empty_store_option(accepted: tuple[Path, str], project: Path) -> None:
     """`--store ""` (an unset variable) was the default store."""
     for args in (("runs",), ("show", "x")):

@@ -9,8 +9,10 @@ PostgreSQL; the late commit made deterministic with two connections."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
+from dataclasses import replace
 
 import psycopg
 import pytest
@@ -150,3 +152,70 @@ def test_history_is_not_posted_while_an_older_transaction_is_open(
     with _notifying(pg_url, hook):
         pass  # the horizon past both: the cursor moves on, nothing posted again
     assert [r for r, _ in _settled(hook)] == [new], hook.got
+
+
+def test_a_dead_endpoint_gives_a_settling_up_after_its_rounds_and_goes_on(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A URL answering 500 to every try held its cursor for ever: the settling was tried
+    again every round (about 31 s of back-off, a warning each time), and the ones after it
+    were never posted. After ``settled_rounds`` failed rounds (10 by default) it is given up:
+    marked failed, audited as not delivered, said once, and the next settling is posted. The
+    back-off is 0 here (``first_wait_s``): no sleeps."""
+    first = _escalated(url)
+    with closing(Listener([500] * 20)) as hook:  # 10 rounds of 2 tries, then 200
+        st = open_store(url)
+        try:
+            feed = Feed(st)
+            cfg = replace(NotifyConfig.of([hook.url]), attempts=2, first_wait_s=0.0)
+            notifier = Notifier(st, cfg)
+            feed.listen(notifier)
+            feed.poll()
+            notifier.drain()
+            _settle(url, first)
+            second = _escalated(url)  # (the same key again: the first settled it not done)
+            _settle(url, second)
+            for _ in range(9):
+                notifier.drain()
+            # 9 rounds of 2 tries, the second settling held behind the first
+            assert [r for r, _ in _settled(hook)] == [first] * 18
+            with caplog.at_level(logging.ERROR, logger="loopwright.notify"):
+                notifier.drain()  # the 10th round: given up, the next one posted
+            delivered = [json.loads(body)["run_id"] for s, _, body in hook.got if s == 200]
+            assert delivered == [second] and len(hook.got) == 21, hook.got
+            gone = [r for r in caplog.records if r.levelno == logging.ERROR]
+            assert len(gone) == 1 and "not delivered" in gone[0].getMessage()
+            assert "loopwright audit" in gone[0].getMessage()
+            audited = st.audit(action="notify")
+            assert [(a.target, a.outcome, a.detail["rounds"]) for a in audited] == [
+                (f"run {first}", "failed", 10)
+            ]
+            assert audited[0].detail["error"] == "HTTP 500"
+            assert "secretpath" not in json.dumps(audited[0].detail)  # the URL's host only
+        finally:
+            st.close()
+        posts = len(hook.got)
+        with _notifying(url, hook) as again:  # a restart posts neither again
+            again.poll()
+        assert len(hook.got) == posts
+
+
+def test_a_settling_refused_with_a_4xx_is_audited_not_delivered(url: str) -> None:
+    """A 4xx was logged and passed, and nothing in the store said the settling was never
+    posted: it is given up at once (no rounds), audited as the dead endpoint's are."""
+    run_id = _escalated(url)
+    with closing(Listener([404])) as hook:
+        with _notifying(url, hook) as feed:
+            _settle(url, run_id)
+            feed.poll()
+        assert [s for s, _, _ in hook.got] == [404]
+    with closing(open_store(url)) as st:
+        [a] = st.audit(action="notify")
+        assert (a.target, a.outcome, a.detail["rounds"], a.detail["error"]) == (
+            f"run {run_id}",
+            "failed",
+            1,
+            "HTTP 404",
+        )
+        [m] = st.events_of_kind(run_id, "notified")
+        assert m.data["failed"] is True

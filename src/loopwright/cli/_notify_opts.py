@@ -9,7 +9,15 @@ import typer
 if TYPE_CHECKING:
     from ..web._notify import NotifyConfig
 
-__all__ = ["NotifyEndsOpt", "NotifyOpt", "NotifySecretOpt", "notify_config", "notify_line"]
+__all__ = [
+    "NotifyEndsOpt",
+    "NotifyEveryOpt",
+    "NotifyOpt",
+    "NotifyRoundsOpt",
+    "NotifySecretOpt",
+    "notify_config",
+    "notify_line",
+]
 
 NotifyOpt = Annotated[
     list[str] | None,
@@ -37,6 +45,26 @@ NotifyEndsOpt = Annotated[
     typer.Option("--notify-run-ends", help="Also notify the --notify URLs when a run ends."),
 ]
 
+NotifyEveryOpt = Annotated[
+    float,
+    typer.Option(
+        "--notify-every",
+        metavar="SECONDS",
+        help="Seconds between two reads of the settlings to post to each --notify URL "
+        "(default 1; more than 0, at most 3600).",
+    ),
+]
+NotifyRoundsOpt = Annotated[
+    int,
+    typer.Option(
+        "--notify-rounds",
+        metavar="N",
+        help="Give a settling up after its post to a --notify URL failed N rounds in a row "
+        "(each round 6 tries over about 31 s; default 10): recorded not delivered "
+        "(`loopwright audit`), and the later settlings go on.",
+    ),
+]
+
 
 def notify_config(
     urls: list[str] | None,
@@ -44,6 +72,9 @@ def notify_config(
     run_ends: bool,
     link_base: str | None,
     link_option: str = "--public-url",
+    *,
+    every_s: float = 1.0,
+    rounds: int = 10,
 ) -> NotifyConfig | None:
     """The notifier's settings, or None without ``--notify`` (a bad URL: one line, exit 2).
     ``link_base`` (the dashboard's URL, from ``link_option``) must be an http(s) URL even
@@ -54,13 +85,22 @@ def notify_config(
         from ..web._notify import check_webhook_url
 
         check_webhook_url(link_base, link_option)
+    from ..web._notify import NotifyConfig
+
+    # checked without --notify too: a typo is said, not kept for the day --notify is added
+    NotifyConfig.of([], settled_every_s=every_s, settled_rounds=rounds)
     if not urls:
         if run_ends:
             raise ConfigError("needs --notify URL", field="--notify-run-ends")
         return None
-    from ..web._notify import NotifyConfig
-
-    return NotifyConfig.of(urls, secret=secret, link_base=link_base, run_ends=run_ends)
+    return NotifyConfig.of(
+        urls,
+        secret=secret,
+        link_base=link_base,
+        run_ends=run_ends,
+        settled_every_s=every_s,
+        settled_rounds=rounds,
+    )
 
 
 def notify_line(cfg: NotifyConfig) -> str:

@@ -13,7 +13,15 @@ import typer
 from .._errors import ConfigError
 from .._redact_logs import mask
 from ._app import StoreOpt, app
-from ._notify_opts import NotifyEndsOpt, NotifyOpt, NotifySecretOpt, notify_config, notify_line
+from ._notify_opts import (
+    NotifyEndsOpt,
+    NotifyEveryOpt,
+    NotifyOpt,
+    NotifyRoundsOpt,
+    NotifySecretOpt,
+    notify_config,
+    notify_line,
+)
 from ._stores import existing_store
 
 if TYPE_CHECKING:
@@ -87,6 +95,8 @@ def ui(
     notify: NotifyOpt = None,
     notify_secret: NotifySecretOpt = None,
     notify_run_ends: NotifyEndsOpt = False,
+    notify_every: NotifyEveryOpt = 1.0,
+    notify_rounds: NotifyRoundsOpt = 10,
     public_url: Annotated[
         str | None,
         typer.Option(
@@ -151,7 +161,14 @@ def ui(
     if max_resumes < 1:
         raise ConfigError(f"{max_resumes} is not a number of runs (1 or more)",
                           field="--max-resumes")  # fmt: skip
-    notify_cfg = notify_config(notify, notify_secret, notify_run_ends, public_url)
+    notify_cfg = notify_config(
+        notify,
+        notify_secret,
+        notify_run_ends,
+        public_url,
+        every_s=notify_every,
+        rounds=notify_rounds,
+    )
     sock = _listen(host, port)  # before the store is opened: a refused start touches nothing
     try:
         url = existing_store(store)  # a mistyped --store is refused, not created empty

@@ -10,7 +10,15 @@ import typer
 
 from .._errors import ConfigError
 from ._app import JsonOpt, StoreOpt, _print_json, app
-from ._notify_opts import NotifyEndsOpt, NotifyOpt, NotifySecretOpt, notify_config, notify_line
+from ._notify_opts import (
+    NotifyEndsOpt,
+    NotifyEveryOpt,
+    NotifyOpt,
+    NotifyRoundsOpt,
+    NotifySecretOpt,
+    notify_config,
+    notify_line,
+)
 from ._options import store_flag
 from ._stores import creatable_store, existing_store
 
@@ -50,6 +58,8 @@ def worker(
     notify: NotifyOpt = None,
     notify_secret: NotifySecretOpt = None,
     notify_run_ends: NotifyEndsOpt = False,
+    notify_every: NotifyEveryOpt = 1.0,
+    notify_rounds: NotifyRoundsOpt = 10,
     dashboard_url: Annotated[
         str | None,
         typer.Option(
@@ -97,7 +107,13 @@ def worker(
     if not 0 < poll <= POLL_MAX:
         raise ConfigError(f"must be more than 0 and at most {POLL_MAX:g} seconds", field="--poll")
     notify_cfg = notify_config(
-        notify, notify_secret, notify_run_ends, dashboard_url, "--dashboard-url"
+        notify,
+        notify_secret,
+        notify_run_ends,
+        dashboard_url,
+        "--dashboard-url",
+        every_s=notify_every,
+        rounds=notify_rounds,
     )
     # A store that does not exist has no run to claim: `--once` would create an empty one and
     # report "0 claimed" (a typo in --store). Refused as the read commands refuse it; a worker

@@ -14,7 +14,8 @@ error, a timeout, 408, 429 or 5xx; a failure is logged and never reaches the ser
 requests. A request is posted once per URL: a ``notified`` event on its run marks it
 delivered, so a restarted server does not post it again. A person's settlings are read by each
 URL's thread from its cursor in the store (``Store.notify_cursor``): one made while no process
-notified is posted when one starts, once.
+notified is posted when one starts, once; one whose post fails ``settled_rounds`` rounds in a
+row (a 4xx at once) is given up: marked failed, audited, and the cursor moves on.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from .._audit import audit
 from .._contract import TERMINAL_STATUSES
 from .._errors import ConfigError, LoopwrightError
 from .._redact import redact, register_secret
@@ -63,6 +65,8 @@ MARKER = NOTIFIED  # the event kind recording a delivery
 # At most this many settlings read at a time (a notifier starting over a long backlog reads
 # it in bounded steps).
 SETTLED_READ = 100
+# The longest wait between two reads of the settlings (``--notify-every``): an hour.
+SETTLED_EVERY_MAX = 3600.0
 
 Post = Callable[[str, bytes, Mapping[str, str], float], int]
 
@@ -142,6 +146,9 @@ class NotifyConfig:
     timeout_s: float = 10.0
     baseline_posts: int = 5
     settled_every_s: float = 1.0  # how often each URL's thread reads the settlings
+    # A settling whose post fails this many rounds in a row (each round ``attempts`` tries,
+    # about 31 s of back-off) is given up: marked failed, audited, the cursor moves past it
+    settled_rounds: int = 10
 
     @classmethod
     def of(
@@ -151,12 +158,29 @@ class NotifyConfig:
         secret: str | None = None,
         link_base: str | None = None,
         run_ends: bool = False,
+        settled_every_s: float = 1.0,
+        settled_rounds: int = 10,
     ) -> NotifyConfig:
         checked = tuple(dict.fromkeys(check_webhook_url(u) for u in urls))
         if secret is not None and not secret.strip():
             raise ConfigError("must not be empty", field="--notify-secret")
+        if not 0 < settled_every_s <= SETTLED_EVERY_MAX:  # (NaN too)
+            raise ConfigError(
+                f"must be more than 0 and at most {SETTLED_EVERY_MAX:g} seconds, "
+                f"got {settled_every_s:g}",
+                field="--notify-every",
+            )
+        if settled_rounds < 1:
+            raise ConfigError(f"must be 1 or more, got {settled_rounds}", field="--notify-rounds")
         base = check_webhook_url(link_base, "--public-url").rstrip("/") if link_base else None
-        return cls(checked, secret or None, base, run_ends)
+        return cls(
+            checked,
+            secret or None,
+            base,
+            run_ends,
+            settled_every_s=settled_every_s,
+            settled_rounds=settled_rounds,
+        )
 
 
 def _retryable(status: int) -> bool:
@@ -194,6 +218,8 @@ class _Target:
         self.posted: set[Position] = set()
         self.read_at = 0.0
         self.retry = False  # the last failed post may succeed later (a 5xx, a timeout)
+        self.error = ""  # why the last failed post failed (``HTTP 500``, ``ConnectionRefused…``)
+        self.rounds: dict[str, int] = {}  # a settling's failed rounds in this process, by key
 
 
 class Notifier:
@@ -213,6 +239,7 @@ class Notifier:
         self._stop = threading.Event()
         self.delivered = 0  # counters for tests and the log
         self.failed = 0
+        self.failed_for_good = 0  # settlings given up (``_give_up``)
 
     def start(self) -> None:
         self._stop.clear()
@@ -397,12 +424,43 @@ class Notifier:
         if not self._done_before(t, job):
             body = settled_body(ev, self._run(ev.run_id), self.config.link_base)
             attempts = self._send(t, job.key, job.event, body)
-            if not attempts and (t.retry or self._stop.is_set()):
+            if not attempts and self._stop.is_set():
                 return False
             if attempts:
                 self._mark(t, job, attempts)
+            else:
+                rounds = t.rounds.get(job.key, 0) + 1
+                if t.retry and rounds < self.config.settled_rounds:
+                    t.rounds[job.key] = rounds
+                    return False  # the next round, the cursor before it
+                self._give_up(t, job, rounds if t.retry else 1)
+            t.rounds.pop(job.key, None)
         t.posted.add(pos)
         return True
+
+    def _give_up(self, t: _Target, job: _Job, rounds: int) -> None:
+        """A settling ``t`` refused for good (a 4xx) or failed ``settled_rounds`` rounds in a
+        row: marked failed (its ``notified`` marker: the cursor moves on, a restart does not
+        post it again), audited (``loopwright audit``: action ``notify``, outcome
+        ``failed``), and said once in the log with what to do."""
+        self.failed_for_good += 1
+        data = {"key": job.key, "target": t.id, "failed": True, "rounds": rounds,
+                "error": t.error}  # fmt: skip
+        self.store.append_events(job.run_id, [NewEvent(job.cycle, MARKER, data)])
+        audit(self.store, "notifier", "notify", f"run {job.run_id}", outcome="failed",
+              origin="webhook", url=t.where, target_id=t.id, event=job.event, key=job.key,
+              rounds=rounds, error=t.error)  # fmt: skip
+        log.error(
+            "webhook %s: %s of run %s not delivered (%s, %d round(s)); given up, the later "
+            "settlings go on. Fix the webhook; the settling is in `loopwright audit --target "
+            "'run %s'` and the run's events",
+            t.where,
+            job.key,
+            job.run_id[:12],
+            t.error,
+            rounds,
+            job.run_id,
+        )
 
     def _done_keys(self, t: _Target, run_id: str) -> set[str]:
         """The keys already delivered to ``t`` for this run, from its ``notified`` markers (a
@@ -480,6 +538,7 @@ class Notifier:
             except (OSError, ValueError, http.client.HTTPException) as exc:
                 status, error = 0, type(exc).__name__ + (f": {exc}" if str(exc) else "")
                 error = error.replace(t.url, t.where)
+            t.error = error
             if 200 <= status < 300:
                 return attempt
             if status and not _retryable(status):
