@@ -23,7 +23,7 @@ from loopwright.adapters import (
     MalformedReplyError,
     PriceOverride,
 )
-from loopwright.adapters._image_reply import _tokens as _image_tokens
+from loopwright.adapters._image_reply import tokens_of as _image_tokens
 
 TASK: dict[str, Any] = {"goal": "Fix the title", "artifacts": {"doc": {"title": "Helo"}}}
 FIX = {"edits": [{"artifact": "doc", "part": "title", "value": "Hello"}], "note": "fixed"}

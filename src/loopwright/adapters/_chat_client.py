@@ -1,6 +1,6 @@
 """The request half of the chat adapters' shared base: settings checked, the SDK client (sync,
 and one async client per event loop), structured-output modes with their step-down on a 400,
-and one request sent, streamed or not (``_ChatModel`` adds repair turns, usage and price)."""
+and one request sent, streamed or not (``ChatModelBase`` adds repair turns, usage and price)."""
 
 from __future__ import annotations
 
@@ -23,21 +23,21 @@ from ._endpoint import (
     DEFAULT_BASE_URL,
     DEFAULT_MAX_RETRY_AFTER_S,
     SdkClients,
-    _async_clients,
-    _body_not_json,
-    _cap_retry_after,
-    _name_the_call,
-    _redact_exc,
+    async_clients,
+    body_not_json,
+    cap_retry_after,
     endpoint_of,
     load_sdk,
+    name_the_call,
     no_api_key,
     normalise_base_url,
     public_url,
+    redact_exc,
     register_endpoint,
 )
 from ._limits import Limits
 from ._prices import Priced, PriceOverride
-from ._reply import ModelReply, _body_of, _Stream
+from ._reply import ModelReply, Stream, body_of
 from ._schema import MalformedReplyError
 
 if TYPE_CHECKING:
@@ -93,10 +93,10 @@ def _plain_body(raw: bytes) -> Mapping[str, Any]:
         raise MalformedReplyError(
             "the server answered the streamed request with a body marked JSON that is not JSON"
         ) from None
-    return _body_of(data)
+    return body_of(data)
 
 
-class _ChatClient(SdkClients):
+class ChatClient(SdkClients):
     """What actors and reviewers share to send a request: endpoint, client, structured output."""
 
     _schema: dict[str, Any]
@@ -176,7 +176,7 @@ class _ChatClient(SdkClients):
         self.__name__ = name
         self.last_reply: ModelReply | None = None
         self._client: openai.OpenAI | None = None
-        self._aclients = _async_clients()
+        self._aclients = async_clients()
         self._lock = threading.Lock()
         self._unbilled: dict[str, Usage] = {}
         self._repairs: dict[str, tuple[str, str, str]] = {}  # bill_to: (key, reply, error)
@@ -202,7 +202,7 @@ class _ChatClient(SdkClients):
         state.setdefault("_repairs", {})
         self.__dict__.update(state)
         self._lock = threading.Lock()
-        self._aclients = _async_clients()
+        self._aclients = async_clients()
         self._gate()
         register_secret(self._api_key)  # a worker process masks it too
         register_endpoint(self._endpoint)
@@ -280,7 +280,7 @@ class _ChatClient(SdkClients):
             raise MalformedReplyError(
                 f"the server's response is not a chat completion: {clip_masked(str(exc))}"
             ) from exc
-        if _body_not_json(exc):
+        if body_not_json(exc):
             # A 2xx whose body is empty or not JSON (the SDK parses only 2xx bodies):
             # a proxy or a server hiccup, worth another sample like an HTML body.
             raise MalformedReplyError(
@@ -288,10 +288,10 @@ class _ChatClient(SdkClients):
             ) from exc
         lower = mode if mode in _FALLBACK else None
         if lower is None or status_code(exc) != 400 or not self._mentions(exc, mode):
-            _name_the_call(exc, self.model, self._endpoint)
-            _redact_exc(exc)
+            name_the_call(exc, self.model, self._endpoint)
+            redact_exc(exc)
             cap = getattr(self, "max_retry_after_s", DEFAULT_MAX_RETRY_AFTER_S)
-            _cap_retry_after(exc, cap if budget_s is None else min(cap, budget_s))
+            cap_retry_after(exc, cap if budget_s is None else min(cap, budget_s))
             raise exc
         mode = _FALLBACK[lower]
         self.response_format = mode  # remembered for the next calls
@@ -305,7 +305,7 @@ class _ChatClient(SdkClients):
         )
         return mode
 
-    def _broken_stream(self, exc: Exception, acc: _Stream) -> MalformedReplyError:
+    def _broken_stream(self, exc: Exception, acc: Stream) -> MalformedReplyError:
         """A stream that broke off after it began: transient (sampled again), and what had
         arrived is kept in ``last_reply.text``."""
         partial = redact_text(acc.text() or "")
@@ -339,8 +339,8 @@ class _ChatClient(SdkClients):
                 mode = self._failed(exc, mode, budget_s)
                 continue
             if not self.stream:
-                return _body_of(completion), mode, time.perf_counter() - t0, None
-            acc = _Stream(t0)
+                return body_of(completion), mode, time.perf_counter() - t0, None
+            acc = Stream(t0)
             plain = _not_streamed(completion)
             try:
                 if plain is not None:  # a server that ignored ``stream``: its whole completion
@@ -350,7 +350,7 @@ class _ChatClient(SdkClients):
             except MalformedReplyError:
                 raise
             except PermanentError as exc:  # a reply too large: no sample will be smaller
-                _name_the_call(exc, self.model, self._endpoint)
+                name_the_call(exc, self.model, self._endpoint)
                 raise
             except Exception as exc:
                 raise self._broken_stream(exc, acc) from exc
@@ -374,8 +374,8 @@ class _ChatClient(SdkClients):
                 mode = self._failed(exc, mode, budget_s)
                 continue
             if not self.stream:
-                return _body_of(completion), mode, time.perf_counter() - t0, None
-            acc = _Stream(t0)
+                return body_of(completion), mode, time.perf_counter() - t0, None
+            acc = Stream(t0)
             plain = _not_streamed(completion)
             try:
                 if plain is not None:  # (as in _request)
@@ -386,7 +386,7 @@ class _ChatClient(SdkClients):
             except MalformedReplyError:
                 raise
             except PermanentError as exc:  # (as in _request)
-                _name_the_call(exc, self.model, self._endpoint)
+                name_the_call(exc, self.model, self._endpoint)
                 raise
             except Exception as exc:
                 raise self._broken_stream(exc, acc) from exc

@@ -1,4 +1,4 @@
-"""What the chat actors and reviewers share (``_ChatModel``): one call made, its usage and
+"""What the chat actors and reviewers share (``ChatModelBase``): one call made, its usage and
 price charged, a malformed reply's spend carried and its repair turn, the call reported to the
 engine."""
 
@@ -14,11 +14,11 @@ from .._modelcalls import engine_charges_failures, record_model_call
 from .._redact import redact_text
 from .._retry import status_code
 from .._usage import Usage
-from ._chat_client import _ChatClient
-from ._endpoint import _redact_exc, public_url
+from ._chat_client import ChatClient
+from ._endpoint import public_url, redact_exc
 from ._limits import Gate
 from ._prices import price_call
-from ._reply import ModelReply, _text_of, _usable, _usage_of
+from ._reply import ModelReply, check_usable, text_of, usage_of
 from ._schema import MalformedReplyError, parse_reply
 
 REPAIR_PROMPT = """\
@@ -30,7 +30,7 @@ engine retries the same call: the model sees what was wrong instead of the same 
 _REPAIR_CLIP = 2000  # characters of the bad reply shown back (MalformedReplyError.raw's length)
 
 
-class _ChatModel(_ChatClient):
+class ChatModelBase(ChatClient):
     """What actors and reviewers share: endpoint, client, structured output, usage, price."""
 
     def _with_repair(
@@ -125,7 +125,7 @@ class _ChatModel(_ChatClient):
         reply raises ``MalformedReplyError`` carrying its ``usage``; outside an engine call
         that spend is also carried into the same ``bill_to``'s next good reply (inside one the
         engine charges it, journaled with the failed attempt)."""
-        counts = _usage_of(body)
+        counts = usage_of(body)
         input_tokens, output_tokens = counts.input_tokens, counts.output_tokens
         cached, tokens = counts.cached_tokens, counts.tokens
         if gate is not None:
@@ -172,7 +172,7 @@ class _ChatModel(_ChatClient):
             if finish == "content_filter"
             else None
         )
-        text, _ = _text_of(message)
+        text, _ = text_of(message)
         shown = redact_text(text) if text is not None else None
         data: dict[str, Any] | None = None
 
@@ -201,7 +201,7 @@ class _ChatModel(_ChatClient):
                     raise MalformedReplyError("the response has no choices")
                 data = parse_reply(text, self._schema)
                 if usable is not None:
-                    _usable(usable, data, text)
+                    check_usable(usable, data, text)
             except MalformedReplyError as exc:
                 if finish == "length":
                     exc = MalformedReplyError(
@@ -211,7 +211,7 @@ class _ChatModel(_ChatClient):
                     self._carry(bill_to, usage)
                 exc.usage = usage
                 exc.raw = redact_text(exc.raw)
-                _redact_exc(exc)
+                redact_exc(exc)
                 if text is not None:
                     with self._lock:
                         self._repairs[bill_to] = (key, exc.raw[:_REPAIR_CLIP], exc.reason)

@@ -23,7 +23,7 @@ from .._redact import redact, redact_text, register_secret
 from .._redact_logs import masked_logger
 from .._retry import retry_after_s
 from .._userinfo import without_userinfo
-from ._limits import Gate, Limits, _tighter, gate_for
+from ._limits import Gate, Limits, gate_for, tighter
 
 if TYPE_CHECKING:
     import openai
@@ -139,7 +139,7 @@ def sdk_endpoint(endpoint: str) -> dict[str, Any]:
     }
 
 
-def _name_the_call(exc: BaseException, model: str, endpoint: str) -> None:
+def name_the_call(exc: BaseException, model: str, endpoint: str) -> None:
     """Prefix ``exc``'s message with the model and endpoint it was about, in place: the SDK's
     own ("Connection error.", "Error code: 404 …") names neither, and the exception's type,
     status and headers must stay as they are for the engine's classification (Retry-After)."""
@@ -157,7 +157,7 @@ DEFAULT_MAX_RETRY_AFTER_S = 120.0
 """The longest ``Retry-After`` the adapters honour (a server asking for an hour gets this)."""
 
 # Routing prefixes of gateways and SDKs (LiteLLM, OpenRouter): ``openai/gpt-4o`` is ``gpt-4o``.
-_PROVIDER_PREFIXES = frozenset(
+PROVIDER_PREFIXES = frozenset(
     {
         "openai",
         "azure",
@@ -192,7 +192,7 @@ def _normalise_model(model: str) -> str:
     # (Ollama's "Qwen2.5:7B" is "qwen2.5:7b"), so identities compare lower-cased.
     model = model.strip().lower()
     head, sep, rest = model.partition("/")
-    while sep and rest and head in _PROVIDER_PREFIXES:
+    while sep and rest and head in PROVIDER_PREFIXES:
         model = rest
         head, sep, rest = model.partition("/")
     # Ollama serves "llama3" and "llama3:latest" as the same model.
@@ -214,7 +214,7 @@ def _clipped(value: Any, depth: int = 0) -> Any:
     return value
 
 
-def _redact_exc(exc: BaseException) -> None:
+def redact_exc(exc: BaseException) -> None:
     """Mask secrets in ``exc``'s message and body, in place (a 401 body can echo the API key),
     their long texts cut (``_clipped``); its type, status and headers stay as they are for the
     engine's classification."""
@@ -250,7 +250,7 @@ def _mask_http_logs() -> None:
         masked_logger(name)
 
 
-def _body_not_json(exc: BaseException) -> bool:
+def body_not_json(exc: BaseException) -> bool:
     """Whether ``exc`` is the SDK failing to parse a 2xx body as JSON: not JSON at all, bytes
     that are not UTF-8, nested past Python's stack, or an integer too long to convert (Python
     refuses more than 4,300 digits). Each a server's bad answer (transient), not a bug."""
@@ -259,7 +259,7 @@ def _body_not_json(exc: BaseException) -> bool:
     )
 
 
-def _cap_retry_after(exc: BaseException, cap_s: float) -> None:
+def cap_retry_after(exc: BaseException, cap_s: float) -> None:
     """Lower the wait ``exc`` asks for to ``cap_s``: ``retry_after_s`` reads ``exc.retry_after``
     before the headers, so the engine's backoff sees the capped value."""
     asked = retry_after_s(exc)
@@ -273,7 +273,7 @@ _AsyncClients = weakref.WeakKeyDictionary[
 ]
 
 
-def _async_clients() -> _AsyncClients:
+def async_clients() -> _AsyncClients:
     return weakref.WeakKeyDictionary()
 
 
@@ -333,8 +333,8 @@ class SdkClients:
         ``[model.limits]``); limits already set elsewhere for it stay if tighter."""
         extra = Limits.check(max_concurrency, tokens_per_minute)
         self.limits = Limits(
-            _tighter(self.limits.max_concurrency, extra.max_concurrency),
-            _tighter(self.limits.tokens_per_minute, extra.tokens_per_minute),
+            tighter(self.limits.max_concurrency, extra.max_concurrency),
+            tighter(self.limits.tokens_per_minute, extra.tokens_per_minute),
         )
         self._gate()
 

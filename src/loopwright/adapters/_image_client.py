@@ -16,19 +16,19 @@ from ._endpoint import (
     DEFAULT_BASE_URL,
     DEFAULT_MAX_RETRY_AFTER_S,
     SdkClients,
-    _async_clients,
-    _body_not_json,
-    _cap_retry_after,
-    _name_the_call,
-    _redact_exc,
+    async_clients,
+    body_not_json,
+    cap_retry_after,
     endpoint_of,
     load_sdk,
+    name_the_call,
     no_api_key,
     normalise_base_url,
     public_url,
+    redact_exc,
     register_endpoint,
 )
-from ._image_data import _size_ok
+from ._image_data import size_ok
 from ._image_reply import ImagePrice, ImageResult
 from ._limits import Limits
 from ._schema import MalformedReplyError
@@ -48,7 +48,7 @@ a few large pictures as base64; a larger one fails as ``ReplyTooLarge``, permane
 _NO_SDK = "the image adapter needs the openai SDK: pip install 'loopwright[openai]'"
 
 
-class _ImageClient(SdkClients):
+class ImageClient(SdkClients):
     """``ImageModel``'s settings and SDK clients (its arguments are documented there); what a
     request sends, and what a failed one raises."""
 
@@ -74,7 +74,7 @@ class _ImageClient(SdkClients):
         load_sdk(_NO_SDK)  # now, not in the first (timed) call
         if not isinstance(model, str) or not model.strip():
             raise ConfigError("a model name is required", field="model")
-        if size is not None and not _size_ok(size):
+        if size is not None and not size_ok(size):
             raise ConfigError(f"must be WIDTHxHEIGHT, got {size!r}", field="size")
         if response_format not in ("auto", "b64_json", "url", None):
             raise ConfigError("must be b64_json, url or none", field="response_format")
@@ -116,7 +116,7 @@ class _ImageClient(SdkClients):
         self._store = None if isinstance(store, str) or store is None else store
         self._blobs: Blobs | None = None
         self._client: openai.OpenAI | None = None
-        self._aclients = _async_clients()
+        self._aclients = async_clients()
         self._lock = threading.Lock()
         self._warned: set[str] = set()
         self._gate()
@@ -134,7 +134,7 @@ class _ImageClient(SdkClients):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._client, self._blobs, self._store = None, None, None
-        self._aclients = _async_clients()
+        self._aclients = async_clients()
         self._lock = threading.Lock()
         self._gate()
         register_secret(self._api_key)
@@ -149,7 +149,7 @@ class _ImageClient(SdkClients):
         kwargs: dict[str, Any] = {"model": self.model, "prompt": prompt, "n": 1}
         size = size or self.size
         if size is not None:
-            if not _size_ok(size):
+            if not size_ok(size):
                 raise ConfigError(f"must be WIDTHxHEIGHT, got {size!r}", field="size")
             kwargs["size"] = size
         if self.quality is not None:
@@ -171,14 +171,14 @@ class _ImageClient(SdkClients):
             raise MalformedReplyError(
                 f"the server's response is not an images response: {redact_text(str(exc))}"
             ) from exc
-        if _body_not_json(exc):
+        if body_not_json(exc):
             raise MalformedReplyError(
                 "the server answered with an empty body or one that is not JSON"
             ) from exc
-        _name_the_call(exc, self.model, self._endpoint)
-        _redact_exc(exc)
+        name_the_call(exc, self.model, self._endpoint)
+        redact_exc(exc)
         cap = self.max_retry_after_s if budget_s is None else min(self.max_retry_after_s, budget_s)
-        _cap_retry_after(exc, cap)
+        cap_retry_after(exc, cap)
         raise exc
 
     def _fetch(self, url: str, budget_s: float | None) -> bytes:

@@ -19,7 +19,7 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 )
 
 
-def _media_type(data: bytes) -> str | None:
+def media_type_of(data: bytes) -> str | None:
     for magic, kind in _MAGIC:
         if data.startswith(magic):
             return kind
@@ -28,7 +28,7 @@ def _media_type(data: bytes) -> str | None:
     return None
 
 
-def _damage(data: bytes, kind: str) -> str | None:
+def damage(data: bytes, kind: str) -> str | None:
     """Why a picture of ``kind`` is cut short or damaged, or None, from its structure alone: a
     PNG's chunks to IEND with their CRCs, a JPEG's end marker, a GIF's trailer, a WebP's RIFF
     size (a download or a base64 payload cut short; a file that only begins like a picture)."""
@@ -86,7 +86,7 @@ def region_mask(
     return _png.encode(width, height, b"".join(rows), alpha=True)
 
 
-def _size_ok(size: Any) -> bool:
+def size_ok(size: Any) -> bool:
     if not isinstance(size, str):
         return False
     if size == "auto":

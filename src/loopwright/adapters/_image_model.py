@@ -18,9 +18,9 @@ from .._retry import status_code
 from .._usage import Usage
 from . import _png
 from ._endpoint import public_url
-from ._image_client import _ImageClient
-from ._image_data import _damage, _media_type, image_value
-from ._image_reply import ImageResult, _tokens
+from ._image_client import ImageClient
+from ._image_data import damage, image_value, media_type_of
+from ._image_reply import ImageResult, tokens_of
 from ._limits import Gate
 from ._prices import Priced, price_call
 from ._schema import MalformedReplyError
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 __all__: list[str] = []
 
 
-class _ImageModel(_ImageClient):
+class ImageModelBase(ImageClient):
     """``ImageModel`` without its public calls: the store, one call and its reply."""
 
     # --- the store ------------------------------------------------------------------------
@@ -59,10 +59,10 @@ class _ImageModel(_ImageClient):
 
     def save(self, data: bytes) -> dict[str, Any]:
         """Store a picture (a PNG, JPEG, GIF or WebP); its part value."""
-        kind = _media_type(data)
+        kind = media_type_of(data)
         if kind is None:
             raise ValueError("not a picture (PNG, JPEG, GIF or WebP)")
-        why = _damage(data, kind)
+        why = damage(data, kind)
         if why is not None:
             raise ValueError(f"a damaged picture: {why}")
         width, height = _png.size_of(data) if kind == "image/png" else (0, 0)
@@ -201,12 +201,12 @@ class _ImageModel(_ImageClient):
         budget_s: float | None,
     ) -> ImageResult:
         # warnings=False: a field of the wrong type (``data`` an object) is judged below, not
-        # warned of by pydantic's serializer (an error under ``-W error``), as ``_body_of``'s
+        # warned of by pydantic's serializer (an error under ``-W error``), as ``body_of``'s
         body = response.model_dump(warnings=False) if hasattr(response, "model_dump") else response
         if not isinstance(body, Mapping):
             raise MalformedReplyError(f"the server's reply is not an images response: {body!r}")
         data, revised = self._picture(body, budget_s)
-        input_tokens, output_tokens, tokens = _tokens(body)
+        input_tokens, output_tokens, tokens = tokens_of(body)
         usage, priced = self._cost(input_tokens, output_tokens, tokens, seconds, gate)
         result = ImageResult(
             self.save(data), data, usage, priced, self.model, endpoint, masked, refs, revised,
@@ -231,10 +231,10 @@ class _ImageModel(_ImageClient):
             data = self._fetch(item["url"], budget_s)
         else:
             raise MalformedReplyError("the images response has neither b64_json nor url")
-        kind = _media_type(data)
+        kind = media_type_of(data)
         if kind is None:
             raise MalformedReplyError("the reply's picture is not a PNG, JPEG, GIF or WebP")
-        why = _damage(data, kind)
+        why = damage(data, kind)
         if why is not None:  # stored, it would fail whatever reads it (a check: the run stops)
             raise MalformedReplyError(f"the reply's picture is damaged: {why}")
         return data, str(revised) if isinstance(revised, str) else None

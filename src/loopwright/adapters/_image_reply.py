@@ -88,7 +88,7 @@ class ImageResult:
         return str(self.value["image"])
 
 
-def _tokens(body: Mapping[str, Any]) -> tuple[int, int, int]:
+def tokens_of(body: Mapping[str, Any]) -> tuple[int, int, int]:
     """The reply's input, output and total tokens (0 where it says nothing)."""
     raw = body.get("usage")
     if not isinstance(raw, Mapping):
@@ -103,5 +103,5 @@ def _tokens(body: Mapping[str, Any]) -> tuple[int, int, int]:
 
 def _int(value: Any) -> int:
     # a server's usage is untrusted: NaN, infinity or 2**63 count 0 rather than fail the call
-    # or the run's commit (as the chat adapters' ``_usage_of``)
+    # or the run's commit (as the chat adapters' ``usage_of``)
     return token_count(value) or 0

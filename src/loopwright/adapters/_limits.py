@@ -52,7 +52,7 @@ class Limits:
         return self.max_concurrency is not None or self.tokens_per_minute is not None
 
 
-def _tighter(a: int | None, b: int | None) -> int | None:
+def tighter(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else min(a, b)
 
 
@@ -90,8 +90,8 @@ class Gate:
         with self._lock:
             if limits.tokens_per_minute is not None and self.tokens_per_minute is None:
                 self._level, self._at = float(limits.tokens_per_minute), self._clock()
-            self.max_concurrency = _tighter(self.max_concurrency, limits.max_concurrency)
-            self.tokens_per_minute = _tighter(self.tokens_per_minute, limits.tokens_per_minute)
+            self.max_concurrency = tighter(self.max_concurrency, limits.max_concurrency)
+            self.tokens_per_minute = tighter(self.tokens_per_minute, limits.tokens_per_minute)
             if self.tokens_per_minute is not None:
                 self._level = min(self._level, float(self.tokens_per_minute))
 

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from .._errors import ConfigError
 from .._modelcalls import MODEL_CHARS
-from ._endpoint import _PROVIDER_PREFIXES
+from ._endpoint import PROVIDER_PREFIXES
 
 __all__ = ["PriceOverride", "Priced", "price_call"]
 
@@ -140,7 +140,7 @@ def _spellings(model: str) -> list[str]:
     ``azure/``...: those ``model_identity`` strips)."""
     out = [model]
     head, sep, rest = model.partition("/")
-    while sep and rest and head.strip().lower() in _PROVIDER_PREFIXES:
+    while sep and rest and head.strip().lower() in PROVIDER_PREFIXES:
         out.append(rest)
         head, sep, rest = rest.partition("/")
     return out

@@ -60,7 +60,7 @@ class ModelReply:
 
 _MAX_CALL_TOKENS = 2**40
 """The largest token count one call's ``usage`` may report (about 1.1 trillion, far beyond any
-model): a larger one is the server's bug, counted as no usage (``_usage_of``)."""
+model): a larger one is the server's bug, counted as no usage (``usage_of``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +104,7 @@ def _count(usage: Mapping[str, Any], name: str, bad: list[str]) -> int:
     return count
 
 
-def _usage_of(body: Mapping[str, Any]) -> _Counts:
+def usage_of(body: Mapping[str, Any]) -> _Counts:
     """The token counts of a response's ``usage``. Unusable numbers count 0 and are named in
     ``problem``: a server's usage is untrusted, and no value of it may fail the call (an
     AttributeError) or the run's commit (a count past SQLite's INTEGER)."""
@@ -137,7 +137,7 @@ def _usage_of(body: Mapping[str, Any]) -> _Counts:
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
-def _text_of(message: Mapping[str, Any]) -> tuple[str | None, bool]:
+def text_of(message: Mapping[str, Any]) -> tuple[str | None, bool]:
     """The reply's text and whether it came from a tool call: the first function call's
     arguments when there is one, else the content (text parts joined)."""
     calls = message.get("tool_calls")
@@ -153,7 +153,7 @@ def _text_of(message: Mapping[str, Any]) -> tuple[str | None, bool]:
     return (content if isinstance(content, str) else None), False
 
 
-def _usable(
+def check_usable(
     usable: Callable[[dict[str, Any]], object], data: dict[str, Any], text: str | None
 ) -> None:
     """``usable(data)``, a reply that fits the schema but makes no proposal or verdict (an
@@ -172,7 +172,7 @@ def _events_body(text: str) -> dict[str, Any] | None:
     or proxy that always streams), assembled into the body of a plain completion; ``None``
     when ``text`` is not such events. Read as a body that is not a completion, it was sampled
     again until the retries were spent, each answer the server billed charged nothing."""
-    acc = _Stream(time.perf_counter())
+    acc = Stream(time.perf_counter())
     seen = False
     for line in text.splitlines():
         if not line.startswith("data:") or line[5:].strip() == "[DONE]":
@@ -186,9 +186,9 @@ def _events_body(text: str) -> dict[str, Any] | None:
     return acc.body() if seen else None
 
 
-def _body_of(completion: Any) -> Mapping[str, Any]:
+def body_of(completion: Any) -> Mapping[str, Any]:
     # warnings=False: a field of the wrong type (usage 1e300 where an int is declared) is read
-    # by ``_usage_of``; pydantic's serializer warning would be an error under ``-W error``
+    # by ``usage_of``; pydantic's serializer warning would be an error under ``-W error``
     body = (
         completion.model_dump(warnings=False) if hasattr(completion, "model_dump") else completion
     )
@@ -201,7 +201,7 @@ def _body_of(completion: Any) -> Mapping[str, Any]:
     return cast(Mapping[str, Any], body)
 
 
-class _Stream:
+class Stream:
     """A streamed reply (``chat.completion.chunk`` events) assembled as it arrives: the text
     so far (content, or a tool call's arguments), the first token's latency, and the usage the
     last chunk carries."""

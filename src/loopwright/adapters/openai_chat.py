@@ -47,7 +47,7 @@ from .._retry import PermanentError
 from .._state import Finding, TaskState
 from .._usage import Usage
 from ._chat_client import MAX_REPLY_BYTES, ResponseFormat  # noqa: F401  (re-exported)
-from ._chat_model import REPAIR_PROMPT, _ChatModel
+from ._chat_model import REPAIR_PROMPT, ChatModelBase
 from ._endpoint import (  # noqa: F401  (re-exported: their home before the split)
     DEFAULT_BASE_URL,
     DEFAULT_MAX_RETRY_AFTER_S,
@@ -120,7 +120,7 @@ MAX_REVIEW_FINDINGS = 100
 prompt); the rest are counted in one finding."""
 
 
-class ChatActor(_ChatModel):
+class ChatActor(ChatModelBase):
     """An actor (``Context -> Proposal``) backed by a chat model.
 
     The context is rendered into a user message (goal, task input, current artifacts as JSON,
@@ -283,7 +283,7 @@ class ReviewRefusedError(PermanentError):
     usage: Usage | None = None
 
 
-class ChatReviewer(_ChatModel):
+class ChatReviewer(ChatModelBase):
     """A verifier (``(state, proposal) -> Verdict``) backed by a chat model with a rubric.
 
     The reviewer sees the rubric, the goal, the task input (never its held-out part), the

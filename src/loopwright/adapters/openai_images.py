@@ -49,8 +49,8 @@ from .._errors import ConfigError
 from .._proposal import Context, Edit, Proposal
 from . import _png
 from ._image_client import MAX_REPLY_BYTES  # noqa: F401  (re-exported; patch it in _image_client)
-from ._image_data import _media_type, image_value, is_image_value, region_mask
-from ._image_model import _ImageModel
+from ._image_data import image_value, is_image_value, media_type_of, region_mask
+from ._image_model import ImageModelBase
 from ._image_reply import ImagePrice, ImageResult
 
 __all__ = [
@@ -66,7 +66,7 @@ __all__ = [
 ]
 
 
-class ImageModel(_ImageModel):
+class ImageModel(ImageModelBase):
     """A client of one image model on one OpenAI-compatible endpoint (see the module's
     docstring).
 
@@ -162,9 +162,9 @@ class ImageModel(_ImageModel):
 
     def _edit_files(self, base: bytes, mask: bytes, pictures: Sequence[bytes]) -> dict[str, Any]:
         """The ``image`` and ``mask`` parts of a masked edit, the mask checked first."""
-        if _media_type(mask) != "image/png":
+        if media_type_of(mask) != "image/png":
             raise ConfigError("a mask is a PNG with an alpha channel", field="mask")
-        if _media_type(base) == "image/png" and _png.size_of(base) != _png.size_of(mask):
+        if media_type_of(base) == "image/png" and _png.size_of(base) != _png.size_of(mask):
             raise ConfigError(
                 f"the mask is {_png.size_of(mask)}, the picture {_png.size_of(base)}: "
                 "they must be the same size",
@@ -179,7 +179,7 @@ class ImageModel(_ImageModel):
 
     @staticmethod
     def _file(name: str, data: bytes) -> tuple[str, bytes, str]:
-        kind = _media_type(data) or "application/octet-stream"
+        kind = media_type_of(data) or "application/octet-stream"
         return (f"{name}.{kind.rpartition('/')[2]}", data, kind)
 
 
