@@ -58,7 +58,7 @@ def _whole_document(url: str, run_id: str) -> dict[str, Any]:
             "cycles": [  # less a concluded cycle's effects' write-ahead record
                 c.record
                 for c in cps
-                if c.record and not _app._wrote_ahead_of(c.record, concluded_cycles(cps), decided)
+                if c.record and not _app.wrote_ahead_of(c.record, concluded_cycles(cps), decided)
             ],
             "approvals": [a.to_dict() for a in approvals],
             "journal": [e.to_dict() for e in st.journal(run_id)],
@@ -91,7 +91,7 @@ def _streamed(url: str, run_id: str, *, keep: bool) -> tuple[str, int, int]:
             rec = st.get_run(run_id)
             tracemalloc.start()
             try:
-                _app._write_show_json(st, rec)
+                _app.write_show_json(st, rec)
                 peak = tracemalloc.get_traced_memory()[1]
             finally:
                 tracemalloc.stop()

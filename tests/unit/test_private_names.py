@@ -21,20 +21,6 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "loopwright"
 
 NOT_YET: frozenset[tuple[str, str]] = frozenset(
     {
-        ("cli", "_RUNS"),
-        ("cli", "_one_line"),
-        ("cli._app", "_execute"),
-        ("cli._app", "_loop_for"),
-        ("cli._app", "_loop_or_none"),
-        ("cli._app", "_print_json"),
-        ("cli._observe", "_output"),
-        ("cli._options", "_print_json"),
-        ("cli._read_cmd", "_write_show_json"),
-        ("cli._read_cmd", "_wrote_ahead_of"),
-        ("cli._resume_cmd", "_loop_for"),
-        ("cli._resume_cmd", "_loop_or_none"),
-        ("cli._run_cmd", "_execute"),
-        ("cli._run_cmd", "_runs_may_exist"),
         ("replay._fit_candidates", "_Facts"),
         ("replay._fit_candidates", "_build"),
         ("replay._fit_candidates", "_complexity"),

@@ -24,6 +24,11 @@ DRIVING: list[str] = []
 DRIVES_RUNS = frozenset({"run", "demo", "resume", "worker", "approve", "deny", "answer", "ui"})
 
 
+def runs_may_exist(flag: bool) -> None:
+    """Say whether a Ctrl-C now leaves a run behind (what ``main`` then points at)."""
+    _RUNS["may_exist"] = flag
+
+
 # SIGTERMs `loopwright worker` received while it started (its modules loading), noted by
 # ``note_term`` instead of killing it: the worker stops gracefully once it can (exit 0).
 EARLY_TERM: list[int] = []
@@ -152,7 +157,7 @@ def _main(argv: list[str] | None) -> int:
             # Typer's silent exit 1 for a broken pipe that is not stdout's (a socket's, a
             # child process's): an error no one was told of
             print(
-                f"loopwright: internal error: {type(pipe).__name__}: {_one_line(pipe)} "
+                f"loopwright: internal error: {type(pipe).__name__}: {one_line(pipe)} "
                 "(a connection or pipe other than stdout was closed by its other end)",
                 file=sys.stderr,
             )
@@ -164,7 +169,7 @@ def _main(argv: list[str] | None) -> int:
         from ._options import carry_store
 
         # (a refusal's hint, `loopwright users add ana approver`, names the store it was for)
-        print(f"loopwright: error: {carry_store(_one_line(exc))}", file=sys.stderr)
+        print(f"loopwright: error: {carry_store(one_line(exc))}", file=sys.stderr)
         return 2
     except Exception as exc:
         if isinstance(exc, BrokenPipeError) and _stdout_closed():
@@ -173,12 +178,12 @@ def _main(argv: list[str] | None) -> int:
 
         damage = store_damage(exc)  # a row or table damaged after the store was opened
         if damage is not None:
-            print(f"loopwright: error: {_one_line(damage)}", file=sys.stderr)
+            print(f"loopwright: error: {one_line(damage)}", file=sys.stderr)
             return 2
         if os.environ.get("LOOPWRIGHT_DEBUG"):
             raise
         print(
-            f"loopwright: internal error: {type(exc).__name__}: {_one_line(exc)} "
+            f"loopwright: internal error: {type(exc).__name__}: {one_line(exc)} "
             "(set LOOPWRIGHT_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )
@@ -270,7 +275,7 @@ def _clip(text: str) -> str:
     return re.sub(rf"\S{{{ECHO_MAX * 2 + 1},}}", cut, text)
 
 
-def _one_line(exc: BaseException | str) -> str:
+def one_line(exc: BaseException | str) -> str:
     """The message on one line, secrets masked: a driver's error text can span several
     (PostgreSQL adds the statement and a caret under it), and a mistake is reported in one
     line."""

@@ -27,14 +27,14 @@ from ._options import (
     RunArg,
     StoreOpt,
     TokenOpt,
-    _print_json,
     as_options,
     by_name,
+    print_json,
     run_ref,
 )
-from ._run_cmd import _execute, run
-from ._read_cmd import APPROVALS_SHOWN, RUNS_SHOWN, _write_show_json, _wrote_ahead_of, runs, show
-from ._resume_cmd import _loop_for, _loop_or_none, continue_hint, resume
+from ._run_cmd import execute, run
+from ._read_cmd import APPROVALS_SHOWN, RUNS_SHOWN, runs, show, write_show_json, wrote_ahead_of
+from ._resume_cmd import continue_hint, loop_for, loop_or_none, resume
 from ._setup_cmd import check, demo, import_
 # isort: on
 
@@ -51,12 +51,6 @@ __all__ = [
     "RunArg",
     "StoreOpt",
     "TokenOpt",
-    "_execute",
-    "_loop_for",
-    "_loop_or_none",
-    "_print_json",
-    "_write_show_json",
-    "_wrote_ahead_of",
     "app",
     "app_for",
     "as_options",
@@ -65,14 +59,20 @@ __all__ = [
     "command_for",
     "continue_hint",
     "demo",
+    "execute",
     "full_app",
     "import_",
+    "loop_for",
+    "loop_or_none",
     "new_typer",
+    "print_json",
     "resume",
     "run",
     "run_ref",
     "runs",
     "show",
+    "write_show_json",
+    "wrote_ahead_of",
 ]
 
 

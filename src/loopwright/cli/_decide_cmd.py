@@ -20,13 +20,13 @@ from ._app import (
     RunArg,
     StoreOpt,
     TokenOpt,
-    _loop_for,
-    _loop_or_none,
-    _print_json,
     app,
     as_options,
     by_name,
     continue_hint,
+    loop_for,
+    loop_or_none,
+    print_json,
 )
 from ._options import me_flag, store_flag
 from ._stores import existing_store, open_existing
@@ -84,7 +84,7 @@ def approvals(
             err=True,
         )
     if as_json:
-        _print_json([a.to_dict() for a in reqs])
+        print_json([a.to_dict() for a in reqs])
         return
     from ._table import print_blocks
 
@@ -268,7 +268,7 @@ def _decide(
         register_run_secrets(rec)  # the loop's keys masked in the note and the answer
         # --resume of a run no spec file here loads: refused before the decision is made
         # (it was made, then the resume refused: an error for a decision that happened)
-        loop = _loop_for(rec) if resume_now else None
+        loop = loop_for(rec) if resume_now else None
         names = {"by": "--by", "note": "--note", "request": "--request", "answer": "ANSWER"}
         with as_options(**names):
             if how == "answer":
@@ -336,7 +336,7 @@ def cancel(
         from ._people_cmd import acting_as
 
         who = acting_as(rt.store, by, token, action="cancel", target=f"run {before.run_id}")
-        rec = rt.cancel(before.run_id, by=who, loop=_loop_or_none(before), origin="cli")
+        rec = rt.cancel(before.run_id, by=who, loop=loop_or_none(before), origin="cli")
         # counted, only when told (a run started from Python): not the run's every done
         # effect read to print their number (invariant 8)
         done = (
@@ -412,7 +412,7 @@ def unpause(
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
         who = acting_as(rt.store, by, token, action="unpause", target=f"run {rec.run_id}")
-        loop = _loop_for(rec) if resume_now else None  # (refused before the pause is lifted)
+        loop = loop_for(rec) if resume_now else None  # (refused before the pause is lifted)
         with as_options(by="--by", note="--note"):
             lifted = rt.unpause(rec.run_id, by=who, note=note, origin="cli")
         say(f"unpaused run {rec.run_id[:12]} (request {lifted.approval_id}) by {who}")
@@ -501,7 +501,7 @@ def rollback(
 
         who = acting_as(rt.store, by, token, action="rollback", target=f"run {rec.run_id}")
         with as_options(to_cycle="--to-cycle", by="--by"):
-            rec = rt.rollback(rec.run_id, to_cycle, by=who, loop=_loop_or_none(rec), origin="cli")
+            rec = rt.rollback(rec.run_id, to_cycle, by=who, loop=loop_or_none(rec), origin="cli")
         # (a run started from Python: its loop is not here to offer the later effects' undoing)
         done = (
             len(

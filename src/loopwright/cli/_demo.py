@@ -55,7 +55,7 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
     from rich.markup import escape
 
     from .._hints import FROM_ENV, SET_IT
-    from ._app import _execute
+    from ._app import execute
     from ._options import me_flag, store_flag
     from ._say import console, say
     from ._stores import creatable_store
@@ -82,7 +82,7 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
         out=out,
         markup=True,
     )
-    results = _execute(
+    results = execute(
         loop,
         tasks,
         keys,

@@ -9,7 +9,7 @@ import typer
 
 from .._money_text import usd
 from .._verdict import HeldOutWords, held_out_words
-from ._app import JsonOpt, StoreOpt, _print_json, app, run_ref
+from ._app import JsonOpt, StoreOpt, app, print_json, run_ref
 from ._stores import open_existing
 
 __all__ = ["diff"]
@@ -62,7 +62,7 @@ def diff(
     with open_existing(store) as st:
         doc = compare_runs(st, run_a, run_b)
     if as_json:
-        _print_json(doc)
+        print_json(doc)
         return
     out = console()
     a, b = doc["a"], doc["b"]

@@ -12,7 +12,7 @@ import typer
 
 from .._errors import ConfigError
 from .._money_text import usd
-from ._app import JsonOpt, StoreOpt, _print_json, app
+from ._app import JsonOpt, StoreOpt, app, print_json
 from ._options import TracesLoopOpt, TracesProjectOpt, out_folder
 
 if TYPE_CHECKING:
@@ -244,7 +244,7 @@ def _fit_and_say(
                 f"cannot write {plot}: {exc.strerror or exc}", field="--plot"
             ) from None
     if as_json:
-        _print_json(
+        print_json(
             {**result.report(), "source": source, "sources": sources, "contract_toml": toml_text}
         )
         return

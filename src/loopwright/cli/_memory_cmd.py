@@ -24,7 +24,7 @@ from .._memory import (
     Scope,
     Signal,
 )
-from ._app import JsonOpt, StoreOpt, TokenOpt, _print_json, app, as_options, by_name, new_typer
+from ._app import JsonOpt, StoreOpt, TokenOpt, app, as_options, by_name, new_typer, print_json
 from ._options import me_flag, store_flag
 from ._stores import open_existing, open_or_create
 
@@ -143,7 +143,7 @@ def _refusal_audited(st: Store, who: str, action: str, memory_id: str) -> Iterat
 
 def _print_item(verb: str, it: MemoryItem, as_json: bool) -> None:
     if as_json:
-        _print_json(it.to_dict())
+        print_json(it.to_dict())
         return
     from ._say import say
 
@@ -210,7 +210,7 @@ def list_(
             err=True,
         )
     if as_json:
-        _print_json([it.to_dict() for it in items])
+        print_json([it.to_dict() for it in items])
         return
     from ._table import print_blocks
 
@@ -381,7 +381,7 @@ def propose(
         for it in items:
             _audited(st, who, "memory propose", it)
     if as_json:
-        _print_json([it.to_dict() for it in items])
+        print_json([it.to_dict() for it in items])
         return
     from rich.markup import escape
 

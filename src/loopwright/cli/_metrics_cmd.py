@@ -10,7 +10,7 @@ import typer
 
 from .._errors import ConfigError
 from .._money_text import usd, usd_digits
-from ._app import JsonOpt, StoreOpt, _print_json, app, as_options
+from ._app import JsonOpt, StoreOpt, app, as_options, print_json
 from ._stores import existing_store, open_existing, unknown_filters
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def metrics(
             for line in unknown_filters(st, project=project, loop=loop):
                 typer.echo(line, err=True)
     if as_json:
-        _print_json(m.to_dict(per_run=per_run))
+        print_json(m.to_dict(per_run=per_run))
         return
     from ._say import console
 

@@ -46,7 +46,7 @@ RunsOpt = Annotated[
 
 
 @contextlib.contextmanager
-def _output(out: Path | None, option: str = "--out") -> Iterator[IO[str]]:
+def output(out: Path | None, option: str = "--out") -> Iterator[IO[str]]:
     """Standard output, or ``out`` opened for writing (a failure to open it is bad input,
     of ``option``)."""
     if out is None:
@@ -131,7 +131,7 @@ def trace(
     with open_existing(store) as st:
         rec = st.get_run(run_id)
         if send is None or out is not None or fmt is not None:
-            with _output(out) as fh:
+            with output(out) as fh:
                 if (fmt or "jsonl") == "jsonl":
                     n = write_jsonl(iter_trace_records(st, rec.run_id), fh)  # paged
                     what = f"{n} line(s)"
@@ -176,7 +176,7 @@ def eval_cases_cmd(
         # leaving a file behind.
         with as_options(run_ids="--run"):
             ids = ended_run_ids(st, project=project, loop_name=loop, run_ids=run)
-        with _output(out) as fh:
+        with output(out) as fh:
             for run_id in ids:
                 write_eval_case(st, run_id, fh)
         unknown = [] if ids else unknown_filters(st, project=project, loop=loop)
@@ -221,7 +221,7 @@ def preference_pairs_cmd(
         unknown = [] if pairs else unknown_filters(st, project=project, loop=loop)
     for line in unknown:  # a filter no run has (a typo) is said, as `runs` says it
         _note(line)
-    with _output(out) as fh:
+    with output(out) as fh:
         n = write_jsonl(pairs, fh)
     kinds = {k: sum(1 for p in pairs if p["match"] == k) for k in ("state", "hindsight")}
     _note(

@@ -1,5 +1,5 @@
 """The options and arguments the commands share (``--store``, ``--json``, ``RUN``, ``--by``,
-``--token``, ``--note``, ``--request``), the checks their values meet, and ``_print_json``."""
+``--token``, ``--note``, ``--request``), the checks their values meet, and ``print_json``."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ RunArg = Annotated[
 ]
 
 
-def _print_json(data: Any) -> None:
+def print_json(data: Any) -> None:
     import json
 
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from .._errors import ConfigError, NotPermittedError
-from ._app import JsonOpt, StoreOpt, TokenOpt, _print_json, app, new_typer
+from ._app import JsonOpt, StoreOpt, TokenOpt, app, new_typer, print_json
 from ._stores import open_existing, open_or_create
 
 # The people modules (and with them the store's) are imported by the commands that use them,
@@ -301,7 +301,7 @@ def users_list(json_: JsonOpt = False, store: StoreOpt = None) -> None:
     with open_existing(store) as st:
         users = st.list_users()
     if json_:
-        _print_json([u.to_dict() for u in users])
+        print_json([u.to_dict() for u in users])
         return
     if not users:
         say("no users: this store is open to local use (docs/permissions.md)")
@@ -334,7 +334,7 @@ def authority(
     with open_existing(store) as st:
         rows = [a.to_dict() for a in standings(st, [str(spec)] if spec is not None else [])]
     if json_:
-        _print_json(rows)
+        print_json(rows)
         return
     if not rows:
         say("no earned authority: no loop here has [[authority]] in its spec (docs/permissions.md)")

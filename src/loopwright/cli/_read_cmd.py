@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from .._errors import ConfigError, check_choice
-from ._options import JsonOpt, RunArg, StoreOpt, _print_json, store_flag
+from ._options import JsonOpt, RunArg, StoreOpt, print_json, store_flag
 from ._root_app import app
 from ._stores import open_existing, unknown_filters
 
@@ -79,7 +79,7 @@ def runs(
         # (the commands in each run's words name the store given, as the table's: notify56;
         # how far its spend is past its cost budget, as show --json says it: fenced56b)
         flag = store_flag()
-        _print_json(
+        print_json(
             [
                 carry_store_in(
                     {
@@ -152,7 +152,7 @@ def show(
         rec = st.get_run(run_id)
         if as_json:
             # written as it is read: a long run's versions and records a page at a time
-            _write_show_json(st, rec)
+            write_show_json(st, rec)
             return
         from .._contract import TERMINAL_STATUSES
         from .._finishing import ended_inside
@@ -216,7 +216,7 @@ def show(
                 out.print(skip)
 
 
-def _write_show_json(st: Store, rec: RunRecord) -> None:
+def write_show_json(st: Store, rec: RunRecord) -> None:
     """``show --json``: the run, its latest state with every version of every part, every
     cycle's record, its approvals, journal and events — the document ``json.dumps`` would
     print, written while the versions and records are read page by page."""
@@ -309,14 +309,14 @@ def _shown_records(
     ended = rec.status in TERMINAL_STATUSES
     decided = by_id(approvals)
     for _c, r, concluded, shown in shown_records(st, rec.run_id, ended=ended, decided=decided):
-        if r and not _wrote_ahead_of(r, concluded, decided):
+        if r and not wrote_ahead_of(r, concluded, decided):
             yield r if shown is None else {**r, "usage": shown["usage"]}
     end = ended_inside(st, rec)
     if end is not None:
         yield end
 
 
-def _wrote_ahead_of(
+def wrote_ahead_of(
     record: dict[str, Any], concluded: set[Any], decided: Mapping[str, Approval]
 ) -> bool:
     """A cycle's effects' write-ahead record, once that cycle concluded (its concluding

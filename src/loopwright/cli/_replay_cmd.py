@@ -10,7 +10,7 @@ import typer
 
 from .._errors import ConfigError
 from .._money_text import usd
-from ._app import JsonOpt, StoreOpt, _print_json, app
+from ._app import JsonOpt, StoreOpt, app, print_json
 from ._options import TracesLoopOpt, TracesProjectOpt, out_folder
 from ._stores import iter_store_traces
 
@@ -89,13 +89,13 @@ def replay_cmd(
     if save_traces is None:
         report = replay(counted(None), contracts)
     else:
-        from ._observe import _output
+        from ._observe import output
 
         # written beside it and moved in place once every run was read: a source that
         # fails at a later run leaves the file as it was, as before, when all were read first
         part = save_traces.with_name(f".{save_traces.name}.part")
         try:
-            with _output(part, "--save-traces") as fh:  # (its folder checked first)
+            with output(part, "--save-traces") as fh:  # (its folder checked first)
                 report = replay(counted(fh), contracts)
             part.replace(save_traces)
         except OSError as exc:
@@ -105,7 +105,7 @@ def replay_cmd(
         finally:
             part.unlink(missing_ok=True)
     if as_json:
-        _print_json(report.to_dict())
+        print_json(report.to_dict())
         return
     from rich.markup import escape
     from rich.table import Table

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from .._errors import ConfigError, ConflictError
-from ._options import JsonOpt, StoreOpt, TokenOpt, _print_json, run_ref, store_flag
+from ._options import JsonOpt, StoreOpt, TokenOpt, print_json, run_ref, store_flag
 from ._root_app import app
 from ._stores import existing_store
 
@@ -22,18 +22,18 @@ if TYPE_CHECKING:
     from ..store import RunRecord, Store
 
 
-def _loop_for(rec: RunRecord) -> Loop:
+def loop_for(rec: RunRecord) -> Loop:
     from .._spec import loop_of_run
 
     return loop_of_run(rec)
 
 
-def _loop_or_none(rec: RunRecord) -> Loop | None:
+def loop_or_none(rec: RunRecord) -> Loop | None:
     """The run's loop when its spec can be loaded (to offer compensations), else None."""
     if not rec.spec_ref:
         return None
     try:
-        return _loop_for(rec)
+        return loop_for(rec)
     except ConfigError as exc:
         from ._say import say
 
@@ -106,7 +106,7 @@ def resume(
         for rec in targets:
             named = f"{rec.run_id[:12]} ({rec.task_key})"
             try:
-                loop = _loop_for(rec)
+                loop = loop_for(rec)
             except ConfigError as exc:
                 if run_id is not None:
                     raise
@@ -140,7 +140,7 @@ def resume(
     if as_json:
         from .._hints import carry_store_in
 
-        _print_json([carry_store_in(r.to_dict(), store_flag()) for r in results])
+        print_json([carry_store_in(r.to_dict(), store_flag()) for r in results])
     code = exit_code_for([r.status for r in results])
     if skipped and code != 1:
         raise ConfigError(

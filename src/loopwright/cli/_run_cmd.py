@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from .._errors import ConfigError, ConflictError, check_choice
-from ._options import JsonOpt, StoreOpt, TokenOpt, _print_json, store_flag
+from . import runs_may_exist
+from ._options import JsonOpt, StoreOpt, TokenOpt, print_json, store_flag
 from ._root_app import app
 from ._stores import creatable_store, existing_store
 
@@ -66,7 +67,7 @@ def run(
     from .._spec import load_spec
     from ._tasks import check_tasks, exit_code_for, load_tasks, task_keys
 
-    _runs_may_exist(False)
+    runs_may_exist(False)
     loop = load_spec(spec)
     items = load_tasks(task, tasks, loop.options.get("tasks"))
     if key is not None and len(items) != 1:
@@ -112,13 +113,13 @@ def run(
             spec, loop, items, keys, store, ray_address, quiet=as_json, token=token
         )
     else:
-        results = _execute(
+        results = execute(
             loop, items, keys, store, concurrency or 8, quiet=as_json, held=held, token=token
         )
     if as_json:
         from .._hints import carry_store_in
 
-        _print_json([carry_store_in(r.to_dict(), store_flag()) for r in results])
+        print_json([carry_store_in(r.to_dict(), store_flag()) for r in results])
     else:
         from ._resume_cmd import next_steps
         from ._say import say
@@ -174,7 +175,7 @@ def _execute_on_ray(
     except KeyboardInterrupt:
         # The runs are created in the driver, in order, before Ray starts: whether the first
         # exists says whether Ctrl-C left runs to resume.
-        _runs_may_exist(_has_run(store, keys[0]))
+        runs_may_exist(_has_run(store, keys[0]))
         raise
     except RayBatchError as exc:
         for run_id, why in exc.failures.items():
@@ -198,7 +199,7 @@ def _has_run(store: str | None, key: str) -> bool:
         return False
 
 
-def _execute(
+def execute(
     loop: Loop,
     items: list[dict[str, Any]],
     keys: list[str],
@@ -299,7 +300,7 @@ def _create(
     notes: list[str] = []
     for t, k in zip(items, keys, strict=True):
         rec, new = rt.create(loop, t, task_key=k, by=who)
-        _runs_may_exist(True)
+        runs_may_exist(True)
         if not new and (why := ignored_task(rec, t)):
             notes.append(why)  # a changed task under an existing run's key: said
         made.append((rec, new))
@@ -333,7 +334,7 @@ def _queue(
         who = starter(rt.store, token, target=f"loop {loop.name}", tasks=len(items))
         made = _create(rt, loop, items, keys, who)
     if as_json:
-        _print_json(
+        print_json(
             [
                 {"run_id": r.run_id, "task_key": r.task_key, "status": r.status, "created": new}
                 for r, new in made
@@ -351,10 +352,3 @@ def _queue(
     pending = sum(r.status == "pending" for r, _n in made)
     said += f". `loopwright worker{store_flag()}` drives the {pending} pending run(s)"
     say(said, stderr=as_json)
-
-
-def _runs_may_exist(flag: bool) -> None:
-    """Say whether a Ctrl-C now leaves a run behind (what ``main`` then points at)."""
-    from . import _RUNS
-
-    _RUNS["may_exist"] = flag

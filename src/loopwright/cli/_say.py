@@ -60,11 +60,11 @@ def say_ended(res: RunResult, task_key: str, out: Console) -> None:
     """A run's line after a command drove it (``worker``, ``resume``): its status and stop
     reason, then why, as ``show`` says it ("escalated (escalated)" told no one why): masked,
     one line."""
-    from . import _one_line
+    from . import one_line
 
     # a parked run has no stop reason: "awaiting_approval (-)" read as a missing value
     reason = f" ({res.stop_reason})" if res.stop_reason else ""
     say(f"run {res.run_id[:12]} ({task_key}): {res.status}{reason}", out=out)
     cause = str((res.packet or {}).get("stop_cause") or "")
     if cause:
-        say(f"  why it stopped: {_one_line(cause)}", out=out)
+        say(f"  why it stopped: {one_line(cause)}", out=out)

@@ -9,9 +9,9 @@ from typing import Annotated, Any
 import typer
 
 from .._errors import ConfigError, check_choice
-from ._options import JsonOpt, StoreOpt, TokenOpt, _print_json, as_options, out_folder
+from . import runs_may_exist
+from ._options import JsonOpt, StoreOpt, TokenOpt, as_options, out_folder, print_json
 from ._root_app import app
-from ._run_cmd import _runs_may_exist
 
 
 @app.command()
@@ -57,7 +57,7 @@ def check(
         )
     warnings = [a for a in answers if a["status"] == "warn"]
     if as_json:
-        _print_json({"spec": str(spec), "valid": True, "answers": answers})
+        print_json({"spec": str(spec), "valid": True, "answers": answers})
     else:
         from rich.markup import escape
         from rich.table import Table
@@ -89,7 +89,7 @@ def demo(
 
     if concurrency < 1:
         raise ConfigError("must be at least 1", field="--concurrency")
-    _runs_may_exist(False)
+    runs_may_exist(False)
     run_demo(store, concurrency, token)
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from .._errors import ConfigError
-from ._app import JsonOpt, StoreOpt, _print_json, app
+from ._app import JsonOpt, StoreOpt, app, print_json
 from ._notify_opts import (
     NotifyEndsOpt,
     NotifyEveryOpt,
@@ -89,7 +89,7 @@ def worker(
 
     from .._engine import Runtime
     from .._worker import Worker
-    from . import _one_line
+    from . import one_line
     from ._say import console, say, say_ended
 
     if concurrency < 1:
@@ -134,7 +134,7 @@ def worker(
 
     def skipped(run_id: str, why: LoopwrightError) -> None:
         # as `resume --all` says it: the count at the end told no one why
-        say(f"skipped {run_id[:12]}: {_one_line(why)}", out=out, style="yellow")
+        say(f"skipped {run_id[:12]}: {one_line(why)}", out=out, style="yellow")
 
     with Runtime(store, lease_ttl_s=lease_ttl) as rt, _notifying(rt, notify_cfg) as said:
         if said:
@@ -166,7 +166,7 @@ def worker(
 
         asyncio.run(main())
     if as_json:
-        _print_json(w.stats.to_dict())
+        print_json(w.stats.to_dict())
     else:
         s = w.stats
         drained = sum(v for k, v in s.ended.items() if k in UNFINISHED)
