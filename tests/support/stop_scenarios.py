@@ -45,7 +45,7 @@ from loopwright import _decide as rules
 from loopwright._contract import contract_from_snapshot
 from loopwright.replay import fit_hazard, simulate, trace_of_run
 from loopwright.replay._format import RunTrace
-from loopwright.replay._simulate import _own_budget, _success
+from loopwright.replay._simulate import _own_budget, succeeded
 
 SCORES = (0.2, 0.4, 0.5, 0.6, 0.8, 0.9, 1.0)
 
@@ -415,7 +415,7 @@ def check_run(sc: Scenario, url: str, run_id: str, fail: Callable[[str], None]) 
         fail(f"{where}: status {rec.status} for {rec.stop_reason}")
     b = contract.budget
     last = trace.cycles[-1] if trace.cycles else None
-    if rec.stop_reason == "success" and (last is None or not _success(contract, trace, last)):
+    if rec.stop_reason == "success" and (last is None or not succeeded(contract, trace, last)):
         fail(f"{where}: success without its required checks passing at the threshold")
     if rec.stop_reason == "budget_cost":
         assert b.max_cost_usd is not None
@@ -502,7 +502,7 @@ def _attempts(trace: RunTrace, contract: lw.Contract) -> tuple[int, int]:
     n = 0
     for c in trace.cycles:
         if c.check_only:
-            if _success(contract, trace, c):
+            if succeeded(contract, trace, c):
                 return n, 0
             continue
         n += 1
@@ -510,7 +510,7 @@ def _attempts(trace: RunTrace, contract: lw.Contract) -> tuple[int, int]:
             if not c.reopened:
                 return n, 0
             continue
-        if _success(contract, trace, c):
+        if succeeded(contract, trace, c):
             return n, 1
     return n, 0
 
@@ -656,7 +656,7 @@ def _plateau_and_margin(
         plateau = (
             np is not None
             and stall >= np.cycles
-            and not (c.check_only or c.reopened or c.escalated or _success(contract, trace, c))
+            and not (c.check_only or c.reopened or c.escalated or succeeded(contract, trace, c))
         )
     if reason == "no_progress" and (np is None or stall < np.cycles):
         broken.append(f"no_progress after {stall} cycles without progress")

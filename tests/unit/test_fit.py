@@ -443,11 +443,11 @@ def test_fit_can_save_time_and_search_scale_free_rules_only() -> None:
 
 def test_the_fit_never_proposes_a_marginal_return_alone() -> None:
     # a loop refuses it (its cycles may be free: it would never stop), so it is no candidate
-    from loopwright.replay._fit import StopParams, _build
+    from loopwright.replay._fit import StopParams, build_contract
 
     template = Contract(budget=Budget(max_cycles=9))
-    assert _build(template, StopParams(value_per_success_usd=1.0), ()) is None
-    beside = _build(template, StopParams(value_per_success_usd=1.0, max_cycles=5), ())
+    assert build_contract(template, StopParams(value_per_success_usd=1.0), ()) is None
+    beside = build_contract(template, StopParams(value_per_success_usd=1.0, max_cycles=5), ())
     assert beside is not None and beside.marginal_return is not None
     assert beside.budget.max_cycles == 5
 

@@ -21,22 +21,6 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "loopwright"
 
 NOT_YET: frozenset[tuple[str, str]] = frozenset(
     {
-        ("replay._fit_candidates", "_Facts"),
-        ("replay._fit_candidates", "_build"),
-        ("replay._fit_candidates", "_complexity"),
-        ("replay._fit_candidates", "_family"),
-        ("replay._fit_candidates", "_fixed_params"),
-        ("replay._fit_candidates", "_split_axes"),
-        ("replay._fit_candidates", "_template"),
-        ("replay._fit_score", "_Eval"),
-        ("replay._fit_score", "_compare_fixed"),
-        ("replay._fit_score", "_evaluate_all"),
-        ("replay._fit_score", "_figures"),
-        ("replay._fit_score", "_frontier"),
-        ("replay._fit_score", "_ref_sums"),
-        ("replay._fit_score", "_score"),
-        ("replay._fit_score", "_select"),
-        ("replay._simulate", "_success"),
         ("store._sql_core", "_search_text"),
         ("store._sql_core", "_where"),
         ("trace._jsonl", "_line"),

@@ -41,13 +41,13 @@ from .._contract import Contract
 from .._errors import ConfigError, check_choice
 from ._fit_candidates import (
     FIXED_WINDOWS,
-    _build,
-    _complexity,
-    _Facts,
-    _family,
-    _fixed_params,
-    _split_axes,
-    _template,
+    Facts,
+    build_contract,
+    complexity_of,
+    family_of,
+    fixed_params,
+    split_axes,
+    template_contract,
 )
 from ._fit_result import (
     FIT_FORMAT,
@@ -60,14 +60,14 @@ from ._fit_result import (
     StopParams,
 )
 from ._fit_score import (
-    _compare_fixed,
-    _Eval,
-    _evaluate_all,
-    _figures,
-    _frontier,
-    _ref_sums,
-    _score,
-    _select,
+    Eval,
+    compare_fixed,
+    evaluate_all,
+    figures_of,
+    frontier,
+    reference_sums,
+    score,
+    select,
 )
 from ._fit_toml import check_plot, plot_frontier
 from ._format import RunTrace
@@ -124,12 +124,12 @@ KEEP_BY = ("accepted", "held-out")
 
 def _read_facts(
     runs: Iterable[RunTrace], base: Contract | None
-) -> tuple[list[_Facts], list[Outcome]]:
-    """Each run's ``_Facts`` and its reference outcome (as recorded, or under ``base``)."""
-    facts: list[_Facts] = []
+) -> tuple[list[Facts], list[Outcome]]:
+    """Each run's ``Facts`` and its reference outcome (as recorded, or under ``base``)."""
+    facts: list[Facts] = []
     ref: list[Outcome] = []
     for t in runs:
-        facts.append(_Facts.of(t))
+        facts.append(Facts.of(t))
         ref += recorded_outcomes((t,)) if base is None else [simulate(t, base)]
     return facts, ref
 
@@ -156,7 +156,7 @@ def _hazards(
 
     counts = {key: [[list(cell) for cell in row] for row in fit(*key, ())] for key in wanted}
     if wanted:
-        for i, t in enumerate(runs):  # (not ``zip``: see ``_evaluate_all``)
+        for i, t in enumerate(runs):  # (not ``zip``: see ``evaluate_all``)
             for split, delta in wanted:
                 if fold_of[i] == split:
                     continue
@@ -272,7 +272,7 @@ def _fit(
     templates: dict[int, Contract] = {}
     same: dict[int, int] = {}
     for split in range(-1, folds):
-        templates[split] = _template(
+        templates[split] = template_contract(
             [t for t, f in zip(facts, fold_of, strict=True) if f != split], base
         )
         same[split] = next(s for s in templates if templates[s] == templates[split])
@@ -286,14 +286,14 @@ def _fit(
         raise ConfigError(
             "no run has a passed held-out verdict to keep; use --kept accepted", field="--kept"
         )
-    ref_sums = _ref_sums(ref, fold_of, k)
+    ref_sums = reference_sums(ref, fold_of, k)
     fold_idx = [[i for i in range(n) if fold_of[i] == f] for f in range(k)]
     all_idx = list(range(n))
     all_folds = list(range(k))
 
-    plain, marginal, own = _split_axes(facts, templates, ref, grid, fold_of, k)
+    plain, marginal, own = split_axes(facts, templates, ref, grid, fold_of, k)
     params = plain + marginal
-    complexity = {s: [_complexity(p, templates[s]) for p in params] for s in templates}
+    complexity = {s: [complexity_of(p, templates[s]) for p in params] for s in templates}
     total = (
         sum(len({same[s] for s in own if p in own[s]}) for p in plain)
         + sum(p in own[s] for p in marginal for s in own)
@@ -328,13 +328,13 @@ def _fit(
         built: dict[int, int | None] = {}
         for split in (s for s in range(-1, k) if p in own[s]):
             if same[split] not in built:
-                built[same[split]] = job(_build(templates[split], p, ()))
+                built[same[split]] = job(build_contract(templates[split], p, ()))
             per[split] = built[same[split]]
         plan.append(per)
     for p in marginal:
         per = {}
         for split in (s for s in range(-1, k) if p in own[s]):
-            per[split] = job(_build(templates[split], p, hazard(split, p.min_delta)))
+            per[split] = job(build_contract(templates[split], p, hazard(split, p.min_delta)))
         plan.append(per)
     fixed_plan: list[dict[int, int | None]] = []
     for w in FIXED_WINDOWS:
@@ -342,7 +342,7 @@ def _fit(
         for split in range(-1, k):  # each under its split's caps
             if same[split] not in fixed_built:
                 tp = templates[split]
-                c = _build(tp, _fixed_params(w, tp), ())
+                c = build_contract(tp, fixed_params(w, tp), ())
                 assert c is not None
                 fixed_built[same[split]] = job(c)
         fixed_plan.append({s: fixed_built[same[s]] for s in range(-1, k)})
@@ -351,10 +351,10 @@ def _fit(
         if progress is not None:
             progress(total * (i + 1) // n, total)
 
-    judged_all = _evaluate_all(runs, jobs, ref, fold_of, k, judged)
+    judged_all = evaluate_all(runs, jobs, ref, fold_of, k, judged)
     # evals[j][split]: candidate j's outcomes, built on the split's template; split -1 = all
     # runs
-    evals: list[dict[int, _Eval]] = [
+    evals: list[dict[int, Eval]] = [
         {s: judged_all[x] for s, x in per.items() if x is not None} for per in plan
     ]
     usable = [j for j in range(len(params)) if evals[j]]
@@ -364,15 +364,15 @@ def _fit(
 
     def pick(
         pool: Sequence[int],
-        table: Sequence[Mapping[int, _Eval]],
+        table: Sequence[Mapping[int, Eval]],
         split: int,
         on: Sequence[int],
         cx: Mapping[int, Sequence[int]],
     ) -> tuple[int, bool]:
         scores = [
-            _score(j, table[j][split].fold_sums, ref_sums, on, optimise, keep_by) for j in pool
+            score(j, table[j][split].fold_sums, ref_sums, on, optimise, keep_by) for j in pool
         ]
-        return _select(scores, keep, cx[split], choose)
+        return select(scores, keep, cx[split], choose)
 
     # Cross-validation: pick on the training folds (their per-fold figures give the standard
     # error), report on the held one.
@@ -386,8 +386,8 @@ def _fit(
                 fold=f,
                 tasks=len({facts[i].task_key for i in fold_idx[f]}),
                 params=params[j],
-                train=_figures(ev, [i for i in all_idx if fold_of[i] != f], ref),
-                validation=_figures(ev, fold_idx[f], ref),
+                train=figures_of(ev, [i for i in all_idx if fold_of[i] != f], ref),
+                validation=figures_of(ev, fold_idx[f], ref),
             )
         )
 
@@ -395,20 +395,20 @@ def _fit(
     usable = pool(-1)
     best, feasible = pick(usable, evals, -1, all_folds, complexity)
     p = params[best]
-    contract = _build(
+    contract = build_contract(
         template, p, hazard(-1, p.min_delta) if p.value_per_success_usd is not None else ()
     )
     assert contract is not None
-    figs = [_figures(evals[j][-1], all_idx, ref) for j in usable]
-    front = _frontier(figs)
+    figs = [figures_of(evals[j][-1], all_idx, ref) for j in usable]
+    front = frontier(figs)
     candidates = tuple(
         Candidate(params[j], figs[pos], frontier=pos in front, chosen=j == best)
         for pos, j in enumerate(usable)
     )
-    chosen_per_fold = [_figures(evals[best][-1], idx, ref) for idx in fold_idx]
+    chosen_per_fold = [figures_of(evals[best][-1], idx, ref) for idx in fold_idx]
 
     # The best fixed no-progress rule, chosen by the same criterion on the same folds.
-    fixed_evals: list[dict[int, _Eval]] = [
+    fixed_evals: list[dict[int, Eval]] = [
         {s: judged_all[x] for s, x in per.items() if x is not None} for per in fixed_plan
     ]
     fixed_pool = list(range(len(FIXED_WINDOWS)))
@@ -418,17 +418,17 @@ def _fit(
     for f in range(k):
         w, _ = pick(fixed_pool, fixed_evals, f, [g for g in all_folds if g != f], fixed_cx)
         fixed_folds.append(FIXED_WINDOWS[w])
-        fv = _figures(fixed_evals[w][f], fold_idx[f], ref)
+        fv = figures_of(fixed_evals[w][f], fold_idx[f], ref)
         fixed_val = fv if fixed_val is None else fixed_val + fv
     assert fixed_val is not None
     w_all, _ = pick(fixed_pool, fixed_evals, -1, all_folds, fixed_cx)
     fixed_figs = tuple(
-        (FIXED_WINDOWS[i], _figures(fixed_evals[i][-1], all_idx, ref)) for i in fixed_pool
+        (FIXED_WINDOWS[i], figures_of(fixed_evals[i][-1], all_idx, ref)) for i in fixed_pool
     )
     result = FitResult(
         contract=contract,
         params=p,
-        all_data=_figures(evals[best][-1], all_idx, ref),
+        all_data=figures_of(evals[best][-1], all_idx, ref),
         folds=tuple(fold_results),
         candidates=candidates,
         keep=float(keep),
@@ -443,9 +443,9 @@ def _fit(
         choose=choose,
         keep_by=keep_by,
         chosen_per_fold=tuple(chosen_per_fold),
-        families=tuple(_family(fr.params, templates[fr.fold]) for fr in fold_results),
+        families=tuple(family_of(fr.params, templates[fr.fold]) for fr in fold_results),
     )
-    fixed_rule = _compare_fixed(
+    fixed_rule = compare_fixed(
         result, FIXED_WINDOWS[w_all], fixed_figs, tuple(fixed_folds), fixed_val
     )
     return replace(result, fixed=fixed_rule, seconds=time.perf_counter() - t0)

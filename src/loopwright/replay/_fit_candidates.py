@@ -1,8 +1,8 @@
 """The candidates ``fit_stop`` (``_fit``) searches: what the fit reads off each run
-(``_Facts``), the contract a split's candidates are built on (``_template``: a base, or the
+(``Facts``), the contract a split's candidates are built on (``template_contract``: a base, or the
 success rule and cycle cap read off its runs), the grid of stop parameters read off a split's
-training runs (``_axes``, ``_split_axes``), a candidate built into a contract (``_build``),
-how many rules it sets and which (``_complexity``, ``_family``), and the fixed rules the
+training runs (``_axes``, ``split_axes``), a candidate built into a contract (``build_contract``),
+how many rules it sets and which (``complexity_of``, ``family_of``), and the fixed rules the
 report compares the fit with (``FIXED_WINDOWS``).
 
 Moved out of ``_fit`` (which runs the search, the folds and the report) unchanged; ``_fit``
@@ -32,7 +32,7 @@ def _quantile(sorted_vals: Sequence[float], q: float) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class _Facts:
+class Facts:
     """What the fit reads off a run besides judging it (``simulate``, ``fit_hazard``): kept for
     every run while the runs themselves are read one at a time (``SpilledRuns``)."""
 
@@ -43,7 +43,7 @@ class _Facts:
     priced: array[float]  # the cost of each cycle that cost anything, in order
 
     @classmethod
-    def of(cls, t: RunTrace) -> _Facts:
+    def of(cls, t: RunTrace) -> Facts:
         last = t.cycles[-1].score if t.cycles else None
         return cls(
             task_key=t.task_key,
@@ -54,7 +54,7 @@ class _Facts:
         )
 
 
-def _infer_success(traces: Sequence[_Facts]) -> Success:
+def _infer_success(traces: Sequence[Facts]) -> Success:
     """Without a base: the checks the recorded contracts' success rule named
     (``recorded.success_required``), else the traces' ``required`` checks, when all runs share
     them; and the lowest final score among the runs recorded as accepted (1.0 when none)."""
@@ -72,7 +72,7 @@ def _success_required(t: RunTrace) -> tuple[str, ...]:
     return t.required
 
 
-def _template(traces: Sequence[_Facts], base: Contract | None) -> Contract:
+def template_contract(traces: Sequence[Facts], base: Contract | None) -> Contract:
     """The contract candidates are built on, for a split whose runs are ``traces``: ``base``,
     or without one the success rule read off those runs and their longest as the cycle cap."""
     if base is not None:
@@ -81,7 +81,7 @@ def _template(traces: Sequence[_Facts], base: Contract | None) -> Contract:
     return Contract(success=_infer_success(traces), budget=Budget(max_cycles=max(1, longest)))
 
 
-def _build(template: Contract, p: StopParams, hazard: HazardTable) -> Contract | None:
+def build_contract(template: Contract, p: StopParams, hazard: HazardTable) -> Contract | None:
     mr = None
     if p.value_per_success_usd is not None:
         prior = template.marginal_return
@@ -113,7 +113,7 @@ def _build(template: Contract, p: StopParams, hazard: HazardTable) -> Contract |
 
 
 def _axes(
-    traces: Sequence[_Facts],
+    traces: Sequence[Facts],
     template: Contract,
     ref: Sequence[Outcome],
     grid: Grid,
@@ -169,8 +169,8 @@ def _axes(
     return plain, marginal
 
 
-def _split_axes(
-    traces: Sequence[_Facts],
+def split_axes(
+    traces: Sequence[Facts],
     templates: Mapping[int, Contract],
     ref: Sequence[Outcome],
     grid: Grid,
@@ -193,7 +193,7 @@ def _split_axes(
     return plain, marginal, own
 
 
-def _complexity(p: StopParams, template: Contract) -> int:
+def complexity_of(p: StopParams, template: Contract) -> int:
     return (
         (p.no_progress_cycles is not None)
         + (p.max_cycles != template.budget.max_cycles)
@@ -202,7 +202,7 @@ def _complexity(p: StopParams, template: Contract) -> int:
     )
 
 
-def _family(p: StopParams, template: Contract) -> str:
+def family_of(p: StopParams, template: Contract) -> str:
     """Which rules a candidate sets (its values aside): what a fold's pick is compared by."""
     names = []
     if p.no_progress_cycles is not None:
@@ -219,7 +219,7 @@ def _family(p: StopParams, template: Contract) -> str:
 FIXED_WINDOWS = (1, 2, 3, 4, 5)
 
 
-def _fixed_params(w: int, template: Contract) -> StopParams:
+def fixed_params(w: int, template: Contract) -> StopParams:
     """The rule "stop after ``w`` cycles without fewer failing visible tests": a plateau rule with
     Δ 0 (any rise of the visible score, or a check passing first, is progress) under the
     template's caps."""

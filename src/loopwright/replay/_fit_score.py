@@ -24,22 +24,22 @@ _Sums = tuple[float, float, float, float, float, float]
 
 
 @dataclass(slots=True)
-class _Eval:
+class Eval:
     """One candidate's outcomes on every run, with sums per fold."""
 
     outcomes: list[Outcome]
     fold_sums: list[_Sums]
 
 
-def _evaluate_all(
+def evaluate_all(
     traces: Iterable[RunTrace],
     contracts: Sequence[Contract],
     ref: Sequence[Outcome],
     fold_of: Sequence[int],
     k: int,
     judged: Callable[[int], None] | None = None,
-) -> list[_Eval]:
-    """Each contract's ``_Eval``, the runs read once, in order: every contract judged on a run
+) -> list[Eval]:
+    """Each contract's ``Eval``, the runs read once, in order: every contract judged on a run
     before the next run is read (a fit holds one run's cycles, not all: ``SpilledRuns``); the
     sums added up run by run, as one contract's alone."""
     sums = [[[0.0] * 6 for _ in range(k)] for _ in contracts]
@@ -65,12 +65,12 @@ def _evaluate_all(
     if n != len(ref):
         raise ValueError(f"read {n} runs of {len(ref)}")
     return [
-        _Eval(outs[j], [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in sums[j]])
+        Eval(outs[j], [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in sums[j]])
         for j in range(len(contracts))
     ]
 
 
-def _ref_sums(ref: Sequence[Outcome], fold_of: Sequence[int], k: int) -> list[_Sums]:
+def reference_sums(ref: Sequence[Outcome], fold_of: Sequence[int], k: int) -> list[_Sums]:
     sums = [[0.0] * 6 for _ in range(k)]
     for o, f in zip(ref, fold_of, strict=True):
         row = sums[f]
@@ -93,7 +93,7 @@ class _Score:
     se: float
 
 
-def _score(
+def score(
     index: int,
     sums: Sequence[_Sums],
     ref: Sequence[_Sums],
@@ -113,7 +113,7 @@ def _score(
     return _Score(index, kept, saved, se)
 
 
-def _select(
+def select(
     scores: Sequence[_Score], keep: float, complexity: Sequence[int], choose: str
 ) -> tuple[int, bool]:
     """The chosen candidate's index, and whether it keeps enough.
@@ -135,7 +135,7 @@ def _select(
     return pick.index, True
 
 
-def _figures(ev: _Eval, idx: Sequence[int], ref: Sequence[Outcome]) -> Figures:
+def figures_of(ev: Eval, idx: Sequence[int], ref: Sequence[Outcome]) -> Figures:
     outs = ev.outcomes
     return Figures(
         runs=len(idx),
@@ -154,7 +154,7 @@ def _figures(ev: _Eval, idx: Sequence[int], ref: Sequence[Outcome]) -> Figures:
     )
 
 
-def _frontier(points: Sequence[Figures]) -> set[int]:
+def frontier(points: Sequence[Figures]) -> set[int]:
     """Indices not dominated: no other candidate has as many accepted for less spend or more
     accepted for as little."""
     order = sorted(range(len(points)), key=lambda i: (points[i].cost_usd, -points[i].accepted))
@@ -167,7 +167,7 @@ def _frontier(points: Sequence[Figures]) -> set[int]:
     return out
 
 
-def _compare_fixed(
+def compare_fixed(
     r: FitResult,
     window: int,
     figures: tuple[tuple[int, Figures], ...],

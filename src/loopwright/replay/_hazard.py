@@ -34,7 +34,7 @@ from .._contract_rules import Budget, Success
 from .._errors import ConfigError
 from .._inherited import NOTHING, Inherited
 from ._format import RunTrace
-from ._simulate import _success
+from ._simulate import succeeded
 
 __all__ = ["HazardTable", "fit_hazard"]
 
@@ -84,7 +84,7 @@ def fit_hazard(
                 # judged a person's edit: no attempt, so no trial of the actor's (the engine
                 # asks ``marginal_stop`` before none: ``_decide.check_stop``); a success here
                 # is the person's, and ends the run
-                if _success(judge, trace, c):
+                if succeeded(judge, trace, c):
                     break
             elif c.escalated:
                 # a person's call ends the run here: the cycle of a request denied after an
@@ -97,7 +97,7 @@ def fit_hazard(
                     break
             else:
                 trials[row][col] += 1
-                if _success(judge, trace, c):
+                if succeeded(judge, trace, c):
                     succ[row][col] += 1
                     break
             decided = not (c.refused or c.asked)

@@ -67,7 +67,7 @@ class Outcome:
         }
 
 
-def _success(contract: Contract, trace: RunTrace, c: CycleTrace) -> bool:
+def succeeded(contract: Contract, trace: RunTrace, c: CycleTrace) -> bool:
     """``_decide.success`` on recorded verdicts (the aggregate score is the recorded one)."""
     if not c.verdicts or c.score is None or c.refused or c.asked:
         return False
@@ -192,7 +192,7 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
             s.spent = s.spent + Usage._stored(call.cost_usd, call.tokens, 0.0)  # as recorded
             if not call.unknown_cost:
                 rows.append((call.who, call.cost_usd, call.tokens))
-        ok = _success(contract, trace, c)
+        ok = succeeded(contract, trace, c)
         decided = not (c.refused or c.asked)
         newly = {
             k
