@@ -21,8 +21,6 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "loopwright"
 
 NOT_YET: frozenset[tuple[str, str]] = frozenset(
     {
-        ("store._sql_core", "_search_text"),
-        ("store._sql_core", "_where"),
         ("trace._jsonl", "_line"),
         ("trace._otlp", "_SCOPE"),
         ("trace._otlp", "_nanos"),

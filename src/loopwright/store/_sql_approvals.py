@@ -15,7 +15,7 @@ from ._rows import (
     sql_int,
 )
 from ._schema import EXPIRING
-from ._sql_core import SQLCore, _search_text, _where
+from ._sql_core import SQLCore, search_text, where_clause
 
 DECISIONS = ("approved", "answered", "denied", "expired", "cancelled")
 
@@ -25,7 +25,7 @@ class ApprovalsSQL(SQLCore):
 
     # --- approvals and cancellation ----------------------------------------------------
     def approvals(self, *, run_id: str | None = None, status: str | None = None) -> list[Approval]:
-        where, args = _where((("run_id", run_id), ("status", status)), self._MARK)
+        where, args = where_clause((("run_id", run_id), ("status", status)), self._MARK)
         query = f"SELECT {APPROVAL_COLS} FROM approvals{where} ORDER BY requested_at, approval_id"
         return [self._approval(r) for r in self._all(query, args)]
 
@@ -82,8 +82,8 @@ class ApprovalsSQL(SQLCore):
     def _approvals_where(
         self, status: str | None, run_id: str | None, search: str | None
     ) -> tuple[str, list[Any]]:
-        where, args = _where((("run_id", run_id), ("status", status)), self._MARK)
-        needle = _search_text(search).lower()
+        where, args = where_clause((("run_id", run_id), ("status", status)), self._MARK)
+        needle = search_text(search).lower()
         if needle:
             # as approvals_matching: an id prefix (either id), or a substring of the words;
             # ! escapes LIKE's wildcards

@@ -1,5 +1,5 @@
 """The base of the SQL core (``_sql.SQLStore``): the dialect a backend sets, the hooks it supplies
-(connections, transactions, the batch's fencing read), the row readers and ``_where``.
+(connections, transactions, the batch's fencing read), the row readers and ``where_clause``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ complex") with a raw ``OperationalError``; a task key, a run id or a cause's wor
 times over. The dashboard's ``q=`` is held to the same number (a 400 there)."""
 
 
-def _search_text(search: str | None) -> str:
+def search_text(search: str | None) -> str:
     """``search`` as a list takes it ("" for none), or a ``ConfigError`` naming ``search``: over
     ``MAX_SEARCH`` characters, or with a NUL (PostgreSQL's text refuses it)."""
     text = (search or "").strip()
@@ -51,7 +51,7 @@ def _search_text(search: str | None) -> str:
     return text
 
 
-def _where(conds: Sequence[tuple[str, Any]], mark: str) -> tuple[str, list[Any]]:
+def where_clause(conds: Sequence[tuple[str, Any]], mark: str) -> tuple[str, list[Any]]:
     """`` WHERE a=? AND b=?`` for the pairs whose value is not None, and the arguments."""
     given = [(col, val) for col, val in conds if val is not None]
     if not given:

@@ -18,7 +18,7 @@ from ._records import EffectClaim, EffectReuse, JournalEntry, JournalWrite, NewE
 from ._rows import (
     event_row,
 )
-from ._sql_core import SQLCore, _where
+from ._sql_core import SQLCore, where_clause
 from ._sql_statements import JOURNAL_COLS, journal_key
 
 
@@ -326,7 +326,7 @@ class JournalSQL(SQLCore):
         cycle: int | None = None,
     ) -> list[JournalEntry]:
         conds = (("run_id", run_id), ("kind", kind), ("key", key), ("cycle", cycle))
-        where, args = _where(conds, self._MARK)
+        where, args = where_clause(conds, self._MARK)
         query = f"SELECT {JOURNAL_COLS} FROM journal{where} ORDER BY created_at, key"
         if kind is not None and key is None:
             # The keys from the index on (run_id, kind, cycle), then the rows by primary key:

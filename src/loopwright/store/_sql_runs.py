@@ -21,7 +21,7 @@ from ._rows import (
     sql_int,
     version_row,
 )
-from ._sql_core import SQLCore, _search_text, _where
+from ._sql_core import SQLCore, search_text, where_clause
 from ._sql_statements import RUN_COLS
 
 _HEX = frozenset("0123456789abcdef")  # a run id's characters (uuid4().hex)
@@ -315,7 +315,7 @@ class RunsSQL(SQLCore):
             raise ConfigError(
                 f"must be one of {', '.join(RUN_STATUSES)} (got {status!r})", field="status"
             )
-        where, args = _where(
+        where, args = where_clause(
             (
                 ("status", status),
                 ("project", project),
@@ -324,7 +324,7 @@ class RunsSQL(SQLCore):
             ),
             self._MARK,
         )
-        search = _search_text(search)
+        search = search_text(search)
         if search:
             # Case-insensitive substring of the task key, loop, project, stop reason or the
             # packet (its cause and stop_cause), or a run id prefix; ! escapes LIKE's wildcards.
