@@ -15,7 +15,7 @@ from loopwright._metrics import run_metrics
 from loopwright._people import concluded_at
 from loopwright.replay._sources import trace_of_run
 from loopwright.store import Store
-from loopwright.trace._exports import _cycles
+from loopwright.trace._run_cycles import list_cycles
 from loopwright.trace._spans import run_spans
 from loopwright.web._views import chart_points, timeline
 
@@ -155,13 +155,13 @@ def test_eval_cases_read_the_states_they_show_and_pending_from_fields(
     store, rid = run
     cks = store.checkpoints(rid)
     resolved[0] = 0
-    cycles = _cycles(cks, "loop", keep=set(range(len(cks))))
+    cycles = list_cycles(cks, "loop", keep=set(range(len(cks))))
     assert [c.cycle for c in cycles] == list(range(1, CYCLES + 1))
     assert resolved[0] == CYCLES + 1  # the state each cycle started from, and the last one
     assert sum(1 for c in cks if (c.record or {}).get("decision") == "effects") == CYCLES // 4
     # an eval case keeps the contexts' ids alone: the same states read, none kept
     resolved[0] = 0
-    lean = _cycles(cks, "loop", keep=None)
+    lean = list_cycles(cks, "loop", keep=None)
     assert [c.context_id for c in lean] == [c.context_id for c in cycles]
     assert all(c.context is None and c.after is None for c in lean)
     assert resolved[0] <= CYCLES + 1

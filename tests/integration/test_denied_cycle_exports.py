@@ -16,7 +16,7 @@ import loopwright as lw
 from loopwright import trace
 from loopwright.store import open_store
 from loopwright.trace._eval_cases import _case_cycle
-from loopwright.trace._run_cycles import _cycles
+from loopwright.trace._run_cycles import list_cycles
 
 
 def test_a_denied_requests_cycle_without_its_parked_record_is_not_called_check_only(
@@ -28,7 +28,7 @@ def test_a_denied_requests_cycle_without_its_parked_record_is_not_called_check_o
     r = denied_beside_an_edit(path)
     with open_store(str(path)) as st:
         rec = st.get_run(r.run_id)
-        [cyc] = _cycles(st.iter_checkpoints(r.run_id), rec.loop_name, keep=None)
+        [cyc] = list_cycles(st.iter_checkpoints(r.run_id), rec.loop_name, keep=None)
         assert cyc.parked is not None and cyc.record["check_only"]  # (the scenario's)
         whole = trace.eval_case(st, r.run_id)["cycles"][0]
     assert "check_only" not in whole and whole["edit_judged"]["check_only"] is True
@@ -54,9 +54,9 @@ def test_preference_pairs_rank_neither_half_of_a_denied_requests_cycle(tmp_path:
         rt.deny(b.run_id, by="bo")
         b = rt.resume_sync(b.run_id, loop)
         assert (b.status, b.cycles) == ("accepted", 1)
-        [cyc] = _cycles(rt.store.iter_checkpoints(b.run_id), "edit-escalations", keep=None)
+        [cyc] = list_cycles(rt.store.iter_checkpoints(b.run_id), "edit-escalations", keep=None)
         assert cyc.decision == "accepted" and cyc.record["check_only"]
-        [first] = _cycles(rt.store.iter_checkpoints(a.run_id), "edit-escalations", keep=None)
+        [first] = list_cycles(rt.store.iter_checkpoints(a.run_id), "edit-escalations", keep=None)
         assert first.context_id == cyc.context_id  # (a pair could be formed from them)
         pairs = trace.preference_pairs(rt.store)
     assert not [

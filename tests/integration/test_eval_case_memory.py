@@ -99,8 +99,8 @@ def test_the_export_holds_one_case_at_a_time(
     packet: ~230 KB each here while read) and built every case before writing the first: its
     memory grew with the number of runs. The runs are now listed a page at a time and each
     case is written as it is built: at two pages of runs and at four, the same peak."""
-    assert PAGE < _run_cycles._RUNS_PAGE
-    monkeypatch.setattr(_run_cycles, "_RUNS_PAGE", PAGE)
+    assert PAGE < _run_cycles.RUNS_PAGE
+    monkeypatch.setattr(_run_cycles, "RUNS_PAGE", PAGE)
     _export_peak(tmp_path, 1)  # the modules it imports, imported before anything is counted
     # Both stores hold at least a page of runs (PAGE): a store of 4 held less than a page of
     # 10, and its peak was 2.3-2.7x below the 40-run one's for that alone (the bound was 2.5x).

@@ -13,8 +13,8 @@ from loopwright.trace import _exports
 
 def _cand(i: int, rank: int | None, digest: str) -> Any:
     # (``before`` in trees before a cycle kept the actor's context instead of the state)
-    ctx = "context" if "context" in _exports._Cycle.__dataclass_fields__ else "before"
-    cyc = _exports._Cycle(  # type: ignore[call-arg]
+    ctx = "context" if "context" in _exports.Cycle.__dataclass_fields__ else "before"
+    cyc = _exports.Cycle(  # type: ignore[call-arg]
         cycle=i,
         proposal={},
         digest=digest,
@@ -26,9 +26,7 @@ def _cand(i: int, rank: int | None, digest: str) -> Any:
         **{ctx: {}},
         # (trees after stop 38 also carry the context's id)
         **(
-            {"context_id": f"ctx{i}"}
-            if "context_id" in _exports._Cycle.__dataclass_fields__
-            else {}
+            {"context_id": f"ctx{i}"} if "context_id" in _exports.Cycle.__dataclass_fields__ else {}
         ),
         after=None,
     )
@@ -74,6 +72,6 @@ def test_hindsight_pairs_of_a_run_that_stopped_improving_are_not_quadratic(
     cands = [_cand(0, 1, "first"), *(_cand(i, 0, f"d{i}") for i in range(1, n))]
     monkeypatch.setattr(_exports, "_prefers", counting)
     monkeypatch.setattr(_exports, "_candidates", lambda store, runs: [cands])
-    monkeypatch.setattr(_exports, "_ended", lambda *a: [])
+    monkeypatch.setattr(_exports, "ended_runs", lambda *a: [])
     assert _exports.preference_pairs(None, match="hindsight") == []  # type: ignore[arg-type]
     assert calls[0] <= n  # was n * (n - 1) / 2

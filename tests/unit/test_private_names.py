@@ -21,23 +21,6 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "loopwright"
 
 NOT_YET: frozenset[tuple[str, str]] = frozenset(
     {
-        ("trace._jsonl", "_line"),
-        ("trace._otlp", "_SCOPE"),
-        ("trace._otlp", "_nanos"),
-        ("trace._otlp", "_spool"),
-        ("trace._otlp", "_spooled"),
-        ("trace._run_cycles", "_Cycle"),
-        ("trace._run_cycles", "_RUNS_PAGE"),
-        ("trace._run_cycles", "_cycles"),
-        ("trace._run_cycles", "_ended"),
-        ("trace._run_cycles", "_hash"),
-        ("trace._run_cycles", "_iter_cycles"),
-        ("trace._span_model", "_APPROVAL_KINDS"),
-        ("trace._span_model", "_CLOSING"),
-        ("trace._span_model", "_EFFECT_END"),
-        ("trace._span_model", "_ERROR_STATUSES"),
-        ("trace._span_model", "_evaluation_event"),
-        ("trace._span_model", "_span_event"),
         ("verifiers._boundary", "_CLEAN_ENV"),
         ("verifiers._boundary", "_nobody"),
         ("verifiers._boundary", "_stage_packages"),

@@ -23,7 +23,7 @@ from loopwright.trace import (
     trace_id_for,
     traces_url,
 )
-from loopwright.trace._otlp import _any_value, _nanos
+from loopwright.trace._otlp import _any_value, nanos
 from loopwright.trace._spans import build_window
 
 T = 1_800_000_000.0  # a fixed epoch, so expected times are exact
@@ -468,8 +468,8 @@ def test_any_value_encoding() -> None:
 
 @given(st.floats(1e9, 4e9), st.floats(0.0, 10.0))
 def test_nanos_is_monotone(ts: float, delta: float) -> None:
-    assert _nanos(ts) <= _nanos(ts + delta)
-    assert abs(_nanos(ts) - ts * 1e9) < 1e3
+    assert nanos(ts) <= nanos(ts + delta)
+    assert abs(nanos(ts) - ts * 1e9) < 1e3
 
 
 def test_protobuf_round_trip_of_the_document() -> None:
@@ -490,7 +490,7 @@ def test_protobuf_round_trip_of_the_document() -> None:
     assert len(out) == len(spans)
     assert out[0].trace_id == bytes.fromhex(trace_id_for("r1"))
     assert out[1].parent_span_id == bytes.fromhex(span_id_for("r1", "run"))
-    assert out[0].start_time_unix_nano == _nanos(T)
+    assert out[0].start_time_unix_nano == nanos(T)
     errors = json_format.MessageToDict(msg)  # serialises back without complaint
     assert errors["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] == "run demo"
 

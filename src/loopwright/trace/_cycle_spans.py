@@ -10,14 +10,14 @@ from urllib.parse import urlsplit
 from .._decide import no_attempt, record_no_attempt
 from ..store import Approval, Event, RunRecord
 from ._span_model import (
-    _APPROVAL_KINDS,
-    _EFFECT_END,
-    _ERROR_STATUSES,
+    APPROVAL_KINDS,
+    EFFECT_END,
+    ERROR_STATUSES,
     MODEL_CALL,
     Occurrence,
     Span,
-    _evaluation_event,
-    _span_event,
+    evaluation_event,
+    span_event,
 )
 
 
@@ -126,11 +126,11 @@ def cycle_spans(
             continue  # on its model span
         if scope is not None:
             target = calls[scope]
-            target.events.append(_span_event(seq, ev))
+            target.events.append(span_event(seq, ev))
             if ev.kind == "verdict":
-                target.events.append(_evaluation_event(ev))
+                target.events.append(evaluation_event(ev))
         elif not claimed(ev, approvals):
-            cycle.events.append(_span_event(seq, ev))
+            cycle.events.append(span_event(seq, ev))
     return spans
 
 
@@ -161,7 +161,7 @@ def _cycle_attributes(cycle: Span, occ: Occurrence, closing: tuple[int, Event] |
             a["loopwright.best_score"] = ev.data.get("best_score")
         elif ev.kind == "stopped":
             a["loopwright.stop_reason"] = ev.data.get("reason")
-            if ev.data.get("status") in _ERROR_STATUSES:
+            if ev.data.get("status") in ERROR_STATUSES:
                 cycle.status = "error"
                 cycle.status_message = str(ev.data.get("cause") or ev.data.get("reason"))
         else:
@@ -332,7 +332,7 @@ def _model_spans(call: Span, evs: Iterable[tuple[int, Event]], cycle: int) -> li
             end=start + _float(d.get("seconds")),
             parent=call.key,
             attributes=a,
-            events=[_span_event(seq, ev)],
+            events=[span_event(seq, ev)],
         )
         if d.get("error"):
             span.status = "error"
@@ -393,7 +393,7 @@ def effect_spans(parent: Span, items: Iterable[tuple[int, Event]]) -> list[Span]
     out = []
     for key, evs in groups.items():
         first = evs[0][1]
-        final = next((ev for _, ev in reversed(evs) if ev.kind in _EFFECT_END), None)
+        final = next((ev for _, ev in reversed(evs) if ev.kind in EFFECT_END), None)
         name = str(first.data.get("effect") or key.split(":", 1)[0])
         span = Span(
             key=f"{parent.key}/effect/{key}",
@@ -432,7 +432,7 @@ def effect_spans(parent: Span, items: Iterable[tuple[int, Event]]) -> list[Span]
             span.attributes["error.type"] = status
         elif status == "done":
             span.status = "ok"
-        span.events = [_span_event(seq, ev) for seq, ev in evs]
+        span.events = [span_event(seq, ev) for seq, ev in evs]
         # what it cost: on the event of its doing (done or reconciled; a result recovered or
         # reused after it was charged where it was done)
         billed = [ev.data["usage"] for _, ev in evs if isinstance(ev.data.get("usage"), Mapping)]
@@ -505,9 +505,9 @@ def approval_spans(
         elif a.status in ("approved", "answered"):
             span.status = "ok"
         span.events = [
-            _span_event(seq, ev)
+            span_event(seq, ev)
             for seq, ev in items
-            if ev.kind in _APPROVAL_KINDS and ev.data.get("approval_id") == a.approval_id
+            if ev.kind in APPROVAL_KINDS and ev.data.get("approval_id") == a.approval_id
         ]
         out.append(span)
     return out
@@ -518,4 +518,4 @@ def claimed(ev: Event, approvals: Sequence[Approval]) -> bool:
     if _effect_key(ev) is not None:
         return True
     ids = {a.approval_id for a in approvals}
-    return ev.kind in _APPROVAL_KINDS and ev.data.get("approval_id") in ids
+    return ev.kind in APPROVAL_KINDS and ev.data.get("approval_id") in ids

@@ -23,8 +23,8 @@ from .._redact import redact
 from .._state import TaskState
 from .._verdict import held_out_words
 from ..store import Approval, Checkpoint, RunRecord, Store
-from ._otlp import _spool, _spooled
-from ._run_cycles import _Cycle, _iter_cycles, ended_run_ids
+from ._otlp import new_spool, spooled
+from ._run_cycles import Cycle, ended_run_ids, iter_cycles
 
 __all__ = ["EVAL_CASE_FORMAT", "eval_case", "eval_cases", "write_eval_case"]
 
@@ -58,17 +58,17 @@ def write_eval_case(store: Store, run_id: str, out: IO[str]) -> None:
     peaked at 109 MB to write 8 MB). Its cycles wait in a temporary file until the end of the
     case, known last, is (as ``write_otlp``'s spans). Each piece is masked on its own, as the
     whole case is (a mask follows a key's name, and none of the case's own keys is one)."""
-    spool = _spool()
+    spool = new_spool()
     try:
         sep = ""
 
         def each(c: dict[str, Any]) -> None:
             nonlocal sep
-            _spooled(spool.write, sep + _line(redact(c)))
+            spooled(spool.write, sep + _line(redact(c)))
             sep = ","
 
         before, after = _case_halves(store, store.get_run(run_id), each)
-        _spooled(spool.seek, 0)  # (flushes what is buffered: a full disk shows here)
+        spooled(spool.seek, 0)  # (flushes what is buffered: a full disk shows here)
         out.write(_line(redact(before))[:-1] + ',"cycles":[')
         shutil.copyfileobj(spool, out)
         out.write("]," + _line(redact(after))[1:] + "\n")
@@ -96,7 +96,7 @@ def _case_halves(
                 concluded[:] = [ck]
             yield ck
 
-    for c in _iter_cycles(read(), rec.loop_name, keep=None):
+    for c in iter_cycles(read(), rec.loop_name, keep=None):
         each(_case_cycle(c))
     initial = TaskState.from_dict(ends[0].state)
     final = TaskState.from_dict(ends[-1].state)
@@ -158,7 +158,7 @@ def _unfinished(rec: RunRecord, last: Checkpoint) -> dict[str, Any] | None:
     }
 
 
-def _case_cycle(c: _Cycle) -> dict[str, Any]:
+def _case_cycle(c: Cycle) -> dict[str, Any]:
     rec = c.record
     calls = list(rec.get("calls") or ())
     no_attempt = record_no_attempt(rec)  # (``_decide.no_attempt``: no actor called)
@@ -228,7 +228,7 @@ def _inherited_cycles(store: Store, run: RunRecord) -> list[dict[str, Any]]:
     # the last occurrence of each cycle up to the fork point (a rollback redid the later ones)
     own = {
         c.cycle: c
-        for c in _iter_cycles(upto, origin.loop_name, keep=None)
+        for c in iter_cycles(upto, origin.loop_name, keep=None)
         if c.concluded and c.cycle <= run.forked_at
     }
     return [

@@ -21,15 +21,13 @@ from .._errors import check_choice
 from .._redact import redact
 from ..store import RunRecord, Store
 from ._eval_cases import EVAL_CASE_FORMAT, eval_case, eval_cases, write_eval_case
-from ._run_cycles import (  # noqa: F401  (_RUNS_PAGE, _cycles: re-exported, their home before the split)
-    _RUNS_PAGE,
-    _Cycle,
-    _cycles,
-    _ended,
-    _hash,
-    _iter_cycles,
+from ._run_cycles import (
+    Cycle,
     context_id,
     ended_run_ids,
+    ended_runs,
+    hash_of,
+    iter_cycles,
 )
 
 __all__ = [
@@ -52,13 +50,13 @@ PairMatch = Literal["state", "hindsight", "both"]
 @dataclass(frozen=True, slots=True)
 class _Candidate:
     run: RunRecord
-    cycle: _Cycle
+    cycle: Cycle
     context: dict[str, Any] | None  # read again for the cycles a pair holds (``_with_values``)
     context_id: str
     rank: int | None
 
 
-def _rank(c: _Cycle) -> int | None:
+def _rank(c: Cycle) -> int | None:
     """How good a proposal turned out: 2 accepted, 1 improved the best visible score without
     being accepted, 0 revised or refused without improving; ``None`` for what is neither
     better nor worse (an actor's question, a cycle that never concluded, a check-only cycle:
@@ -96,7 +94,7 @@ def _candidates(store: Store, runs: Sequence[RunRecord]) -> list[list[_Candidate
     return [
         [
             _Candidate(rec, _bare(c), None, c.context_id, _rank(c))
-            for c in _iter_cycles(store.iter_checkpoints(rec.run_id), rec.loop_name, keep=None)
+            for c in iter_cycles(store.iter_checkpoints(rec.run_id), rec.loop_name, keep=None)
         ]
         for rec in runs
     ]
@@ -107,7 +105,7 @@ _IMPROVED: dict[str, Any] = {"improved": True}
 _NOTHING: dict[str, Any] = {}
 
 
-def _bare(c: _Cycle) -> _Cycle:
+def _bare(c: Cycle) -> Cycle:
     """What the search for pairs reads of a cycle (its rank, digest, context and position),
     without its proposal, verdicts and record: a long run's every record was held for the
     search (44 MB at 5,000 cycles of six findings each, for no pair written). A picked pair's
@@ -127,9 +125,9 @@ def _with_values(
         for side in (ch, rj):
             wanted.setdefault(side.run.run_id, set()).add(side.cycle.at)
             runs[side.run.run_id] = side.run
-    full: dict[tuple[str, int], _Cycle] = {}
+    full: dict[tuple[str, int], Cycle] = {}
     for run_id, ats in wanted.items():
-        for cyc in _iter_cycles(store.iter_checkpoints(run_id), runs[run_id].loop_name, keep=ats):
+        for cyc in iter_cycles(store.iter_checkpoints(run_id), runs[run_id].loop_name, keep=ats):
             if cyc.at in ats:
                 full[(run_id, cyc.at)] = cyc
 
@@ -157,7 +155,7 @@ def preference_pairs(
     each pair says which rule formed it.
     """
     check_choice(match, ("state", "hindsight", "both"), "match")
-    per_run = _candidates(store, _ended(store, project, loop_name, run_ids))
+    per_run = _candidates(store, ended_runs(store, project, loop_name, run_ids))
     picked: list[tuple[str, _Candidate, _Candidate]] = []
     seen: set[tuple[str, str, str]] = set()
     if match in ("state", "both"):
@@ -223,7 +221,7 @@ def _pair(match: str, chosen: _Candidate, rejected: _Candidate) -> dict[str, Any
     base = context["artifacts"]  # the values TaskState(before).values() gives
     return {
         "format": PAIR_FORMAT,
-        "pair_id": _hash([match, *ident], 16),
+        "pair_id": hash_of([match, *ident], 16),
         "match": match,
         "loop_name": rejected.run.loop_name,
         "context_id": rejected.context_id,

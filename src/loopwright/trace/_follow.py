@@ -30,7 +30,7 @@ from .._contract import TERMINAL_STATUSES
 from .._errors import ConfigError, check_seconds
 from .._redact import redact
 from ..store import Store
-from ._jsonl import _line
+from ._jsonl import event_line
 
 __all__ = ["FOLLOW_UNTIL", "MAX_IDLE_S", "Follower", "follow_events", "follow_events_sync"]
 
@@ -98,7 +98,7 @@ class Follower:
         if status == "awaiting_approval" and self.until == "parked" and not self._asks():
             status = "running"  # its request decided: a resume is what comes next
         evs = self.store.events_page(self.run.run_id, after_id=self.after_id, limit=_PAGE)
-        lines = [_line(self.run, self.seq + n, ev) for n, ev in enumerate(evs, 1)]
+        lines = [event_line(self.run, self.seq + n, ev) for n, ev in enumerate(evs, 1)]
         if evs:
             self.seq += len(evs)
             self.after_id = evs[-1].id

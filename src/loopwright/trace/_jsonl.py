@@ -48,7 +48,7 @@ def iter_trace_records(store: Store, run_id: str) -> Iterator[dict[str, Any]]:
     # masked a batch at a time: ``redact`` masks a list's items as it masks each alone, and a
     # clean batch (the common case) is told by one scan of its text, not one a line
     lines = (
-        _line(rec, seq, ev)
+        event_line(rec, seq, ev)
         for seq, ev in enumerate(itertools.islice(store.iter_events(rec.run_id), count), 1)
     )
     while batch := list(itertools.islice(lines, _BATCH)):
@@ -61,7 +61,7 @@ _BATCH = 64
 def build_records(run: RunRecord, events: Sequence[Event]) -> list[dict[str, Any]]:
     """Trace records of ``run`` from its events (a pure function of its inputs)."""
     lines = [_header(run, len(events))]
-    lines.extend(_line(run, seq, ev) for seq, ev in enumerate(events, 1))
+    lines.extend(event_line(run, seq, ev) for seq, ev in enumerate(events, 1))
     return [redact(line) for line in lines]  # a trace leaves the engine: no secrets in it
 
 
@@ -80,7 +80,7 @@ def _header(run: RunRecord, events: int) -> dict[str, Any]:
     }
 
 
-def _line(run: RunRecord, seq: int, ev: Event) -> dict[str, Any]:
+def event_line(run: RunRecord, seq: int, ev: Event) -> dict[str, Any]:
     return {
         "format": TRACE_FORMAT,
         "run_id": run.run_id,

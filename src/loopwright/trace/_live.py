@@ -42,7 +42,7 @@ from .._otel_env import otel_tracing_configured, register_otlp_headers
 from .._redact import redact, redact_text
 from .._redact_logs import masked_logger
 from ..store import Approval, Checkpoint, Event, RunRecord, Store
-from ._otlp import _SCOPE, _nanos
+from ._otlp import SCOPE, nanos
 from ._spans import (
     APPROVAL_KINDS,
     IN_CYCLE_KINDS,
@@ -186,7 +186,7 @@ class LiveTracer:
 
         self.store = store
         self.provider = tracer_provider
-        self._tracer = tracer_provider.get_tracer(_SCOPE, __version__)
+        self._tracer = tracer_provider.get_tracer(SCOPE, __version__)
         self._runs: dict[str, _RunTrace] = {}
         self._lock = threading.Lock()  # runs may commit from several threads (workers)
         self._failed = False
@@ -455,7 +455,7 @@ class LiveTracer:
                     s.name,
                     context=ctx,
                     kind=trace.SpanKind.CLIENT if is_client_span(s) else trace.SpanKind.INTERNAL,
-                    start_time=_nanos(s.start),
+                    start_time=nanos(s.start),
                 )
         # End children before their parents (the SDK does not care; readers of a live
         # stream see a parent only after what it contains).
@@ -493,13 +493,13 @@ def _finish(sdk: Any, s: Span) -> None:
 
     sdk.set_attributes(_otel_attributes(exported_attributes(s)))
     for ev in s.events:
-        sdk.add_event(ev.name, _otel_attributes(ev.attributes), timestamp=_nanos(ev.ts))
+        sdk.add_event(ev.name, _otel_attributes(ev.attributes), timestamp=nanos(ev.ts))
     if s.status == "error":
         msg = redact_text(s.status_message) if s.status_message else None
         sdk.set_status(Status(StatusCode.ERROR, msg))
     elif s.status == "ok":
         sdk.set_status(Status(StatusCode.OK))
-    sdk.end(end_time=_nanos(s.end))
+    sdk.end(end_time=nanos(s.end))
 
 
 def _otel_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:

@@ -53,7 +53,7 @@ __all__ = [
 _SPAN_KIND_INTERNAL = 1
 _SPAN_KIND_CLIENT = 3
 _STATUS = {"unset": 0, "ok": 1, "error": 2}
-_SCOPE = "loopwright.trace"
+SCOPE = "loopwright.trace"
 
 
 class OTLPExportError(LoopwrightError):
@@ -114,15 +114,15 @@ def write_otlp(store: Store, run_id: str, out: IO[str], *, service_name: str = "
     # string (its quotes would be escaped), so the cut is the list's place.
     head, tail = _dumps(_request(rec, [], service_name)).split('"spans":[]')
     n = 0
-    rest = _spool()
+    rest = new_spool()
     try:
         for s in iter_spans(store, rec):
             if s.parent is None:  # the run span, yielded last
-                _spooled(rest.seek, 0)  # (flushes what is buffered: a full disk shows here)
+                spooled(rest.seek, 0)  # (flushes what is buffered: a full disk shows here)
                 out.write(head + '"spans":[' + _dumps(_otlp_span(rec, tid, s)))
                 shutil.copyfileobj(rest, out)
             else:
-                _spooled(rest.write, "," + _dumps(_otlp_span(rec, tid, s)))
+                spooled(rest.write, "," + _dumps(_otlp_span(rec, tid, s)))
             n += 1
     finally:
         # A full disk fails the close's flush of what it could not write again: the error
@@ -133,7 +133,7 @@ def write_otlp(store: Store, run_id: str, out: IO[str], *, service_name: str = "
     return n
 
 
-def _spool() -> IO[str]:
+def new_spool() -> IO[str]:
     """Where the spans before the run span wait: a temporary file, or memory where no
     temporary directory is usable (a read-only root: no writable ``TMPDIR``, /tmp, /var/tmp
     or working directory): their JSON, a fraction of the tree held before it streamed."""
@@ -143,7 +143,7 @@ def _spool() -> IO[str]:
         return io.StringIO()
 
 
-def _spooled(op: Callable[[Any], Any], arg: Any) -> None:
+def spooled(op: Callable[[Any], Any], arg: Any) -> None:
     # A temporary directory that fills up is the machine's, not an internal error: say which.
     try:
         op(arg)
@@ -173,7 +173,7 @@ def _request(run: RunRecord, spans: list[dict[str, Any]], service_name: str) -> 
                         }
                     )
                 },
-                "scopeSpans": [{"scope": {"name": _SCOPE, "version": __version__}, "spans": spans}],
+                "scopeSpans": [{"scope": {"name": SCOPE, "version": __version__}, "spans": spans}],
             }
         ]
     }
@@ -189,12 +189,12 @@ def _otlp_span(run: RunRecord, tid: str, s: Span) -> dict[str, Any]:
         "spanId": span_id_for(run.run_id, s.key),
         "name": s.name,
         "kind": _SPAN_KIND_CLIENT if is_client_span(s) else _SPAN_KIND_INTERNAL,
-        "startTimeUnixNano": str(_nanos(s.start)),
-        "endTimeUnixNano": str(_nanos(s.end)),
+        "startTimeUnixNano": str(nanos(s.start)),
+        "endTimeUnixNano": str(nanos(s.end)),
         "attributes": _encoded(attrs),
         "events": [
             {
-                "timeUnixNano": str(_nanos(e.ts)),
+                "timeUnixNano": str(nanos(e.ts)),
                 "name": e.name,
                 "attributes": _encoded(masked),
             }
@@ -218,7 +218,7 @@ def _otlp_span(run: RunRecord, tid: str, s: Span) -> dict[str, Any]:
     return span
 
 
-def _nanos(ts: float) -> int:
+def nanos(ts: float) -> int:
     """Seconds since the epoch as integer nanoseconds (monotone in ``ts``)."""
     whole = math.floor(ts)
     return whole * 1_000_000_000 + round((ts - whole) * 1e9)

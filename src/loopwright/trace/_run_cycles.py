@@ -27,7 +27,7 @@ _MID_CYCLE = frozenset({"parked", "effects"})
 
 # --- the cycles of a run ---------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class _Cycle:
+class Cycle:
     """A cycle of a run as its checkpoints recorded it: what the actor was shown before it
     (``context``, ``_actor_context``) and the part values after it (``after``; ``None`` for a
     cycle that never concluded). Not the states themselves: a long run's every state held
@@ -50,19 +50,19 @@ class _Cycle:
     at: int = 0
     #: a concluded cycle that parked first: the cycle as it parked (its proposal and verdicts
     #: then; a request denied after an edit beside it concludes judging the edit instead)
-    parked: _Cycle | None = None
+    parked: Cycle | None = None
 
 
-def _cycles(
+def list_cycles(
     checkpoints: Iterable[Checkpoint], loop_name: str, *, keep: AbstractSet[int] | None
-) -> list[_Cycle]:
-    """``_iter_cycles`` as a list."""
-    return list(_iter_cycles(checkpoints, loop_name, keep=keep))
+) -> list[Cycle]:
+    """``iter_cycles`` as a list."""
+    return list(iter_cycles(checkpoints, loop_name, keep=keep))
 
 
-def _iter_cycles(
+def iter_cycles(
     checkpoints: Iterable[Checkpoint], loop_name: str, *, keep: AbstractSet[int] | None
-) -> Iterator[_Cycle]:
+) -> Iterator[Cycle]:
     """Every cycle of the run that produced a proposal, in order, the checkpoints read once
     in order (a store's ``iter_checkpoints`` holds a page of them, not the run), each yielded
     as soon as it is known (a reader that keeps less of a cycle than its record holds less).
@@ -78,7 +78,7 @@ def _iter_cycles(
     their context is read before the position of the record that concludes them).
     """
 
-    waiting: dict[int, _Cycle] = {}
+    waiting: dict[int, Cycle] = {}
     # the contexts of the last two checkpoints read (i - 1 and i), each read once, in order:
     # index -> (context, its id)
     seen: dict[int, tuple[dict[str, Any], str]] = {}
@@ -110,7 +110,7 @@ def _iter_cycles(
             else:
                 before = (None, "")
             yield (
-                _Cycle(
+                Cycle(
                     cycle=n,
                     proposal=dict(rec["proposal"]),
                     digest=str(rec.get("digest", "")),
@@ -130,7 +130,7 @@ def _iter_cycles(
             pend = ck.fields.get("pending") or {}
             if "proposal" not in pend:
                 continue
-            waiting[n] = _Cycle(
+            waiting[n] = Cycle(
                 cycle=n,
                 proposal=dict(pend["proposal"]),
                 digest=str(pend.get("digest", "")),
@@ -173,19 +173,19 @@ def _actor_context(state: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _hash(data: Any, n: int = 32) -> str:
+def hash_of(data: Any, n: int = 32) -> str:
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:n]
 
 
 def context_id(loop_name: str, context: dict[str, Any]) -> str:
     """The identity of a context: a hash of the loop's name and the actor-visible context."""
-    return _hash({"loop": loop_name, "context": context})
+    return hash_of({"loop": loop_name, "context": context})
 
 
 #: Runs listed at a time to find the ended ones (a run's row holds its task and packet: tens
 #: of KB each, a store's every row at once grew with the store).
-_RUNS_PAGE = 10
+RUNS_PAGE = 10
 
 
 def ended_run_ids(
@@ -198,19 +198,19 @@ def ended_run_ids(
     """The ids of the runs ``eval_cases`` makes cases of, oldest first (``ConfigError`` when
     one of ``run_ids`` has not ended), by id alone: the store's runs listed a page at a time."""
     if run_ids:
-        return [r.run_id for r in _ended(store, project, loop_name, run_ids)]
+        return [r.run_id for r in ended_runs(store, project, loop_name, run_ids)]
     keys: list[tuple[float, str]] = []
     after: tuple[float, str] | None = None
     while True:
-        page = store.list_runs(project=project, loop_name=loop_name, limit=_RUNS_PAGE, after=after)
+        page = store.list_runs(project=project, loop_name=loop_name, limit=RUNS_PAGE, after=after)
         keys.extend((r.created_at, r.run_id) for r in page if r.status in TERMINAL_STATUSES)
-        if len(page) < _RUNS_PAGE:
+        if len(page) < RUNS_PAGE:
             break
         after = (page[-1].created_at, page[-1].run_id)
     return [run_id for _at, run_id in sorted(keys)]
 
 
-def _ended(
+def ended_runs(
     store: Store, project: str | None, loop_name: str | None, run_ids: Sequence[str] | None
 ) -> list[RunRecord]:
     if run_ids and (project is not None or loop_name is not None):

@@ -25,8 +25,8 @@ RUN_KINDS = frozenset(
     }
 )
 #: Run-level events that end whatever cycle is still open.
-_CLOSING = frozenset({"stopped", "rolled_back"})
-_EFFECT_END = frozenset(
+CLOSING = frozenset({"stopped", "rolled_back"})
+EFFECT_END = frozenset(
     {
         "effect_done",
         "effect_failed",
@@ -56,15 +56,14 @@ IN_CYCLE_KINDS = frozenset(
         "effect_grace",
         "effect_args_differ",
         "effect_undo_unsettled",
-        *_EFFECT_END,
+        *EFFECT_END,
         *APPROVAL_KINDS,
     }
 )
 MODEL_CALL = "model_call"  # as ``loopwright._modelcalls.MODEL_CALL``
 #: Fields of a ``model_call`` event kept out of its span event: the content itself.
 _CONTENT = frozenset({"prompt", "reply"})
-_APPROVAL_KINDS = APPROVAL_KINDS
-_ERROR_STATUSES = frozenset({"escalated", "failed"})
+ERROR_STATUSES = frozenset({"escalated", "failed"})
 
 
 @dataclass(slots=True)
@@ -125,7 +124,9 @@ def is_client_span(s: Span) -> bool:
     return s.kind in ("effect", "model")
 
 
-def _span_event(seq: int, ev: Event) -> SpanEvent:
+def span_event(seq: int, ev: Event) -> SpanEvent:
+    """The span event of the store event ``ev`` at position ``seq`` of its run's log, as the
+    tree places it (a live tracer rebuilds the run span's from the log's run-level events)."""
     attrs: dict[str, Any] = {"loopwright.event.seq": seq, "loopwright.event.id": ev.id}
     for k, v in ev.data.items():
         if ev.kind == MODEL_CALL and k in _CONTENT:
@@ -134,13 +135,7 @@ def _span_event(seq: int, ev: Event) -> SpanEvent:
     return SpanEvent(name=ev.kind, ts=ev.ts, attributes=attrs)
 
 
-def span_event(seq: int, ev: Event) -> SpanEvent:
-    """The span event of the store event ``ev`` at position ``seq`` of its run's log, as the
-    tree places it (a live tracer rebuilds the run span's from the log's run-level events)."""
-    return _span_event(seq, ev)
-
-
-def _evaluation_event(ev: Event) -> SpanEvent:
+def evaluation_event(ev: Event) -> SpanEvent:
     """The GenAI ``gen_ai.evaluation.result`` event for a verdict."""
     return SpanEvent(
         name="gen_ai.evaluation.result",

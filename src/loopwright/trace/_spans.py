@@ -37,16 +37,14 @@ from .._verdict import held_out_words
 from ..store import Approval, Checkpoint, Event, RunRecord, Store
 from ._cycle_spans import approval_spans, claimed, cycle_spans, effect_spans
 from ._span_model import (
-    _APPROVAL_KINDS,
-    _CLOSING,
-    _ERROR_STATUSES,
     APPROVAL_KINDS,
+    CLOSING,
+    ERROR_STATUSES,
     IN_CYCLE_KINDS,
     RUN_KINDS,
     Occurrence,
     Span,
     SpanEvent,
-    _span_event,
     exported_attributes,
     is_client_span,
     span_event,
@@ -142,7 +140,7 @@ def build_window(
     spans.extend(approval_spans(root, loose, run_items, last_ts))
     for seq, ev in run_items:
         if not claimed(ev, loose):
-            root.events.append(_span_event(seq, ev))
+            root.events.append(span_event(seq, ev))
     for s in spans:
         s.attributes.setdefault("gen_ai.conversation.id", run.run_id)
     _fit(spans)
@@ -211,11 +209,11 @@ def _plan(
             occs.append((ev.cycle, counts[ev.cycle], seq, last_ts, items))
             closed.append(None)
             open_[ev.cycle] = len(occs) - 1
-        elif ev.kind in _APPROVAL_KINDS and aid in owner:
+        elif ev.kind in APPROVAL_KINDS and aid in owner:
             occs[owner[aid]][4].append(seq)
         elif ev.kind in RUN_KINDS:
             run_items.append(seq)
-            if ev.kind in _CLOSING:
+            if ev.kind in CLOSING:
                 for i in open_.values():
                     closed[i] = seq
                 open_.clear()
@@ -331,7 +329,7 @@ def _run_span(run: RunRecord, last_ts: float) -> Span:
         attributes=_run_attributes(run),
         incomplete=run.ended_at is None,
     )
-    if run.status in _ERROR_STATUSES:
+    if run.status in ERROR_STATUSES:
         root.status = "error"
         root.status_message = str((run.packet or {}).get("cause") or run.stop_reason or "")
     elif run.status == "accepted":
@@ -492,7 +490,7 @@ def iter_spans(store: Store, run: RunRecord) -> Iterator[Span]:
     rest = [*effect_spans(root, run_items), *approval_spans(root, loose, run_items, p.last_ts)]
     for seq, ev in run_items:
         if not claimed(ev, loose):
-            root.events.append(_span_event(seq, ev))
+            root.events.append(span_event(seq, ev))
     for span in [root, *rest]:
         span.attributes.setdefault("gen_ai.conversation.id", run.run_id)
     _fit([root, *rest])
