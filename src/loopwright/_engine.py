@@ -61,7 +61,6 @@ from ._parking import Parking
 from ._pause import Pausing
 from ._people import Decisions
 from ._person_async import PersonAsync
-from ._redact import redact_text
 from ._reflection import Reflection
 from ._result import (
     Read,  # noqa: F401  (results pickled before it moved name it here)
@@ -238,8 +237,7 @@ class Runtime(
     def __repr__(self) -> str:
         # which store (its URL: a PostgreSQL store's drops the password) and which owner, not
         # ``<loopwright._engine.Runtime object at 0x…>``
-        where = getattr(self.store, "url", None) or type(self.store).__name__
-        return f"Runtime(store={redact_text(str(where))!r}, owner={self.owner!r})"
+        return f"Runtime(store={self.store_where()!r}, owner={self.owner!r})"
 
     def __enter__(self) -> Runtime:
         return self

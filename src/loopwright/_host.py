@@ -27,6 +27,7 @@ from ._errors import ConflictError
 from ._group import GroupCommitter, GroupRecall
 from ._memory import FeedbackMemory
 from ._person_gate import PersonOps
+from ._redact import redact_text
 from ._saying import Saying
 from ._store_threads import in_store_thread, store_threads
 from .store import Approval, ClosedApproval, NewApproval, RunRecord, Store
@@ -98,8 +99,14 @@ class RuntimeHost:
         made at the first use, one however many threads ask at once."""
         ops: PersonOps | None = self.__dict__.get("_person_ops_")
         if ops is None:
-            ops = self.__dict__.setdefault("_person_ops_", PersonOps(self.owner))
+            ops = self.__dict__.setdefault(
+                "_person_ops_", PersonOps(self.owner, self.store_where())
+            )
         return ops
+
+    def store_where(self) -> str:
+        """The store's address as people read it (a PostgreSQL URL without its password)."""
+        return redact_text(str(getattr(self.store, "url", None) or type(self.store).__name__))
 
     def _refuse_driven(self, run_id: str) -> None:
         if run_id in self._driving and RESERVED.run != (id(self), run_id):

@@ -143,9 +143,10 @@ class PersonOps(InFlight[str]):
     the name of the operation (``runs``: a resume refused meanwhile says so); and each run's
     turns (``turn``: one operation on a run at a time, ``_person_turn``)."""
 
-    def __init__(self, owner: str) -> None:
+    def __init__(self, owner: str, where: str = "") -> None:
         super().__init__()
         self.owner = owner
+        self.where = where  # the store's address, for the refusal's words
         self.runs: dict[str, str] = {}
         self._turns: weakref.WeakValueDictionary[str, Gate] = weakref.WeakValueDictionary()
         self._turns_lock = threading.Lock()
@@ -169,7 +170,11 @@ class PersonOps(InFlight[str]):
         self.start(name, lambda: self._refused(name))
 
     def _refused(self, name: str) -> StoreError:
+        # (the words of the store's own refusal after close, ``SQLStore._open``, with what
+        # was not done: the common case is a Runtime used after its `with` block ended)
+        store = f"; the store {self.where} is closed" if self.where else ""
         return StoreError(
             f"{name} was not started: this runtime ({self.owner}) is closed (its close() "
-            "has begun); nothing of it was done"
+            f"has begun){store}: a Runtime closes its store in close() and at the end of its "
+            "`with` block; use it inside the block, or open a new Runtime; nothing of it was done"
         )
