@@ -14,7 +14,7 @@ import sys
 import pytest
 
 import loopwright as lw
-from loopwright.verifiers import CommandVerifier, _boundary
+from loopwright.verifiers import CommandVerifier, _boundary, _run_tests
 
 HELD_OUT = ["assert add(2, 3) == 5", "assert add(10, 5) == 15", "assert add(-1, 1) == 0"]
 
@@ -260,12 +260,23 @@ HAS_UNSHARE = _boundary._works("unshare", sys.executable)
 
 
 @pytest.mark.skipif(not HAS_UNSHARE, reason="unshare needs root and namespaces")
+@pytest.mark.parametrize("worker", ["nobody", "root"])
 @pytest.mark.parametrize("name", sorted(FORGERIES))
-def test_under_unshare_too(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_under_unshare_too(name: str, worker: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # the host's file system and its /proc (its own PID namespace): the judge is still not
-    # the worker's to read or write
+    # the worker's to read or write. Until sandbox56 the worker kept root here wherever the
+    # interpreter lived under /root (pyenv), so this tested a root worker; "root" forces that
+    # case, where whatever the candidate made of the lines, every test is its word
     real = _boundary._works
     monkeypatch.setattr(_boundary, "_works", lambda b, p: b == "unshare" and real(b, p))
+    if worker == "root":
+        monkeypatch.setattr(_run_tests, "_nobody", lambda python, boundary: None)
     v = held_out_verdict(WRONG + FORGERIES[name], judged_only=True)
     assert v.evidence["isolation"] == "unshare"
+    if worker == "root":
+        assert v.evidence["not_separated"] == "the worker keeps root", v.evidence
+        assert v.evidence["self_reported"] == list(range(v.evidence["total"])), v.evidence
+        return
+    assert v.evidence["layers"]["user"] == "nobody" and "not_separated" not in v.evidence
     assert not v.passed and v.evidence["passed"] == 0, f"{name}: forged: {v.evidence}"
+    assert v.evidence["layers"]["verdict"] == "judge", v.evidence

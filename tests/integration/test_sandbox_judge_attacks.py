@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from loopwright.verifiers import Limits, _boundary, run_tests
+from loopwright.verifiers import Limits, _boundary, _run_tests, run_tests
 
 # Finds the worker's pipes (the answer pipe among them) and writes on each it can.
 SAY = """
@@ -160,33 +160,43 @@ HAS_UNSHARE = _boundary._works("unshare", sys.executable)
 
 
 @pytest.mark.skipif(not HAS_UNSHARE, reason="unshare needs root and namespaces")
+@pytest.mark.parametrize("worker", ["nobody", "root"])
 @pytest.mark.parametrize("attack", ["garble", "signal", "proc_mem"])
-def test_under_unshare_too(attack: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_under_unshare_too(attack: str, worker: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # the judge starts as root there and drops to nobody, the worker's user: its /proc entries
-    # (memory, descriptors) are still not the worker's, and what reaches it only fails the run
+    # (memory, descriptors) are still not the worker's, and what reaches it only fails the run.
+    # Until sandbox56 the worker kept root wherever the interpreter lived under /root (pyenv),
+    # and this passed on a root worker: "root" forces that case (``_nobody`` finds no way),
+    # where every test is self-reported (stop 56, ``not_separated``)
     real = _boundary._works
     monkeypatch.setattr(_boundary, "_works", lambda b, p: b == "unshare" and real(b, p))
+    if worker == "root":
+        monkeypatch.setattr(_run_tests, "_nobody", lambda python, boundary: None)
     body = {
         "garble": "say(b'garbage\\n')",
         "signal": "signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)",
-        # the judge's memory through a descriptor of /proc, past the hook's path check
+        # the judge's memory through a descriptor of /proc, past the hook's path check: 2 if
+        # it opened (a root worker may), 0 if refused
         "proc_mem": "os.open('%d/mem' % os.getppid(), os.O_RDWR, dir_fd=os.open('/proc', 0))",
     }[attack]
     code = SAY + f"import signal\ndef f():\n    try:\n        {body}\n    except OSError:\n"
-    code += "        return 0\n    return 0\n"
+    code += f"        return 0\n    return {2 if attack == 'proc_mem' else 0}\n"
     r = run_tests(code, ["assert f() == 1", "assert f() == 0"])
     assert r.isolation == "unshare"
     assert not r.tests[0].passed, r.to_dict()
+    if worker == "root":
+        assert r.not_separated == "the worker keeps root", r.to_dict()
+        assert all(t.self_reported and not t.not_judged for t in r.tests), r.to_dict()
+        return
+    assert r.not_separated == "" and r.layers["user"] == "nobody", r.to_dict()
     if attack == "garble":
         assert not r.tests[1].passed
     else:
         # refused: /proc/PID/mem is root's (EACCES); the judge is its PID namespace's init,
         # which a signal from inside it does not kill. The test fails on its value, the next
-        # passes, judged — unless the worker keeps root (an interpreter nobody cannot read,
-        # as under /root/.pyenv): then the judge's lines are within its reach and every test
-        # is self-reported (stop 56, ``not_separated``)
+        # passes, judged
         assert r.status == "completed" and r.tests[0].actual == "0", r.to_dict()
-        assert r.tests[1].passed and r.tests[1].self_reported == bool(r.not_separated)
+        assert r.tests[1].passed and not r.tests[1].self_reported, r.to_dict()
 
 
 @pytest.mark.parametrize(
@@ -363,8 +373,11 @@ def test_the_worker_cannot_stop_or_kill_the_judge(
     r = run_tests(code, ["assert f() == 1", "assert f() == 0"], timeout_s=60)
     assert r.isolation == boundary
     assert r.status == "completed" and r.tests[0].actual == "0", r.to_dict()
-    # (judged, but where the worker keeps root: self-reported, ``not_separated``, stop 56)
-    assert r.tests[1].passed and r.tests[1].self_reported == bool(r.not_separated)
+    # judged, by a judge separated from a nobody worker (until sandbox56 the worker kept root
+    # under unshare here, and this read ``self_reported == bool(not_separated)``: true of a
+    # root worker too; the root case is test_under_unshare_too[root])
+    assert r.not_separated == "" and r.layers["user"] == "nobody", r.to_dict()
+    assert r.tests[1].passed and not r.tests[1].self_reported, r.to_dict()
 
 
 @pytest.mark.parametrize("boundary", BOUNDARIES)

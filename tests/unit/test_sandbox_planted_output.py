@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from loopwright.verifiers import _boundary, run_tests
+from loopwright.verifiers import _boundary, _run_tests, run_tests
 
 HAS_BWRAP = _boundary._works("bwrap", sys.executable)
 UP = 40  # deeper than any temporary directory's path
@@ -124,17 +124,34 @@ def test_under_unshare_the_tests_still_run_in_the_work_directory(
     assert "said" in r.output
 
 
+def _host_dir() -> str:
+    """A host directory every user may reach, outside those the child gets a private tmpfs
+    on: the home directory, unless (``/root``, 0700) the child sees a tmpfs there too."""
+    for d in (os.path.expanduser("~"), "/srv", "/opt", "/var/lib"):
+        d = os.path.realpath(d)
+        if any(d == s or d.startswith(s + "/") for s in SHARED):
+            continue
+        up = [d, *(p for p in Path(d).parents)]
+        if all(os.stat(p).st_mode & 0o001 for p in up):
+            return d
+    pytest.skip("no host directory every user may reach")
+
+
 @pytest.mark.skipif(not HAS_UNSHARE, reason="unshare needs root and namespaces")
-def test_under_unshare_the_host_file_system_is_read_only(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("worker", ["nobody", "root"])
+def test_under_unshare_the_host_file_system_is_read_only(
+    worker: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Where the child keeps root (an interpreter ``nobody`` cannot reach), a ``dir_fd`` write
     past the audit hook reached any host directory: the store's folder, the package itself.
-    Every host mount is read-only in the child's mount namespace."""
+    Every host mount is read-only in the child's mount namespace, for a ``nobody`` worker too
+    (until sandbox56 the worker kept root here under pyenv's /root, and the host directory was
+    made in /root, which a nobody worker cannot reach: "root" forces that case now)."""
     real = _boundary._works
     monkeypatch.setattr(_boundary, "_works", lambda b, p: b == "unshare" and real(b, p))
-    home = os.path.realpath(os.path.expanduser("~"))
-    if any(home == d or home.startswith(d + "/") for d in SHARED):
-        pytest.skip("the home directory is where the child has a private tmpfs")
-    host = tempfile.mkdtemp(prefix=".trust53-", dir=home)
+    if worker == "root":
+        monkeypatch.setattr(_run_tests, "_nobody", lambda python, boundary: None)
+    host = tempfile.mkdtemp(prefix=".trust53-", dir=_host_dir())
     os.chmod(host, 0o777)  # writable by nobody too
     code = f"""
 import os
@@ -152,5 +169,6 @@ def put():
         assert not os.path.exists(os.path.join(host, "planted"))
         assert r.tests[0].actual == "Read-only file system"
         assert r.layers["filesystem"] == "read-only, private /tmp"
+        assert r.layers["user"] == ("nobody" if worker == "nobody" else "unchanged"), r.layers
     finally:
         shutil.rmtree(host, ignore_errors=True)

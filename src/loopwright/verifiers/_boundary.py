@@ -24,7 +24,7 @@ Boundary = Literal["bwrap", "unshare", "none"]
 """What separates the candidate from the host: ``bwrap`` (bubblewrap: own PID, mount, network,
 IPC and UTS namespaces, a private ``/proc``, only read-only system directories and the work
 directory visible), ``unshare`` (own PID, mount, network, IPC and UTS namespaces with a private
-``/proc``, but the host's file system, read as the ``nobody`` user where possible) or ``none``
+``/proc``, but the host's file system, read-only, read as the ``nobody`` user) or ``none``
 (the audit hook alone, which code written to defeat it can get past)."""
 
 ALLOW_UNISOLATED_ENV = "LOOPWRIGHT_SANDBOX_ALLOW_UNISOLATED"
@@ -54,11 +54,16 @@ def _world_readable(path: str) -> bool:
 
 @functools.lru_cache(maxsize=8)
 def _nobody(python: str, boundary: str) -> tuple[int, int] | None:
-    """The ``nobody`` user's ids, when the child can still import the standard library as it.
+    """The ``nobody`` user's ids, when the child can still run the interpreter and import the
+    standard library as it.
 
-    A Python installed under a private directory (``/root/.pyenv``) cannot be read by
-    ``nobody`` on the host; under ``bwrap`` the prefix's parents are the sandbox's own
-    (world-readable) directories, so only the standard library itself must be readable.
+    A Python installed under a private directory (``/root/.pyenv``, ``/root`` 0700) cannot be
+    read by ``nobody`` on the host; but under ``bwrap`` the prefix's parents are the sandbox's
+    own (world-readable) directories, and under ``unshare`` the judge, root in its own mount
+    namespace, lays a tmpfs over the private directory and binds the installation back into it
+    (``worker_paths``; the host unchanged). There only the interpreter and the standard library
+    themselves must be readable; the judge checks the path again before it drops, and keeps
+    root (saying so) where it is not. With no boundary the host's directories must allow it.
     Otherwise the child keeps its user.
     """
     try:
@@ -68,17 +73,24 @@ def _nobody(python: str, boundary: str) -> tuple[int, int] | None:
     stdlib = os.path.dirname(os.__file__)
     if python != sys.executable:
         return None
-    if boundary == "bwrap":
+    if boundary in ("bwrap", "unshare"):
         try:
             readable = all(
                 os.stat(p).st_mode & 0o005 == 0o005
                 for p in (os.path.realpath(stdlib), os.path.realpath(sys.base_prefix))
-            )
+            ) and bool(os.stat(os.path.realpath(python)).st_mode & 0o001)
         except OSError:
             readable = False
     else:
         readable = _world_readable(stdlib)
     return (pw.pw_uid, pw.pw_gid) if readable else None
+
+
+def worker_paths(python: str, read_only: Sequence[str]) -> list[str]:
+    """What the worker must read under ``unshare``, where the host's directories are its own:
+    the interpreter's prefixes and the allowed packages. The judge binds back each one that
+    lies behind a directory ``nobody`` may not pass (``_harness``'s ``reveal``)."""
+    return [*_prefixes(python), *read_only]
 
 
 # --- the boundary: bubblewrap, else unshare (root), else none -------------------------------

@@ -57,6 +57,45 @@ def unescape(text):
     # a mount point as /proc/self/mountinfo writes it: a space as \040, a backslash as \134
     parts = text.split("\\")
     return parts[0] + "".join(chr(int(p[:3], 8)) + p[3:] for p in parts[1:])
+def passable(path, last=0o001):
+    # whether nobody reaches path: every directory above it o+x, it o+x (o+rx: a directory)
+    p = os.path.realpath(path)
+    try:
+        if os.stat(p).st_mode & last != last:
+            return False
+        while p != "/":
+            p = os.path.dirname(p)
+            if not os.stat(p).st_mode & 0o001:
+                return False
+    except OSError:
+        return False
+    return True
+def reveal(mount, paths, flags):
+    # The interpreter (its prefix, the allowed packages) behind a directory nobody may not pass
+    # (/root/.pyenv: /root is 0700): a tmpfs (0755, root's) over the first such directory,
+    # hiding the rest of it, and each path bound back into it read-only; the host unchanged.
+    held, over = [], []
+    for path in paths:
+        up = [q for q in (os.path.dirname(path),) if q]
+        while up[-1] != "/":
+            up.append(os.path.dirname(up[-1]))
+        shut = [q for q in reversed(up) if os.path.isdir(q) and not os.stat(q).st_mode & 0o001]
+        if not shut or not os.path.exists(path):
+            continue
+        held.append((path, os.open(path, os.O_PATH)))
+        if not any(shut[0] == q or shut[0].startswith(q.rstrip("/") + "/") for q in over):
+            over.append(shut[0])
+    for d in over:
+        mount("tmpfs", d, "tmpfs", flags, "mode=0755,size=1m")
+    for path, fd in held:
+        if os.path.isdir("/proc/self/fd/%d" % fd):
+            os.makedirs(path, 0o755, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+            open(path, "a").close()
+        mount("/proc/self/fd/%d" % fd, path, None, 4096)  # MS_BIND
+        mount(None, path, None, 32 | 4096 | 1 | flags)  # MS_REMOUNT | MS_BIND | MS_RDONLY
+        os.close(fd)
 def private_fs():
     # Under unshare the host's file system is the child's, and nobody (or root) may write where
     # anyone may: a held-out run's candidate could leave what it holds in /tmp for the next
@@ -88,6 +127,7 @@ def private_fs():
             mount(None, point, None, flags)
         except OSError:
             failed += 1
+    reveal(mount, job["reach"], NOSUID | NODEV)
     for d in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
         if os.path.isdir(d) and not os.path.islink(d):
             mount("tmpfs", d, "tmpfs", NOSUID | NODEV, "mode=1777,size=64m")
@@ -136,6 +176,14 @@ setlim(resource.RLIMIT_AS, lim["memory_mb"] * 1024 * 1024)
 setlim(resource.RLIMIT_CPU, lim["cpu_s"])
 setlim(resource.RLIMIT_FSIZE, lim["file_mb"] * 1024 * 1024)
 setlim(resource.RLIMIT_NOFILE, lim["open_files"])
+# Nobody must run the interpreter and read its standard library here (the parent predicted it
+# from the files' modes; the bind-backs above or bwrap's own directories give the way): where
+# not, the judge keeps root, and says so in this first line, before any candidate code runs.
+if uid is not None and not (
+    passable(sys.executable) and passable(os.path.dirname(os.__file__), 0o005)
+):
+    uid = None
+    iso["user"] = "unchanged (the interpreter is out of nobody's reach)"
 if uid is not None and os.geteuid() == 0:
     os.setgroups([])
     os.setgid(gid)

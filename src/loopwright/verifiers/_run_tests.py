@@ -28,6 +28,7 @@ from ._boundary import (
     _wrap,
     package_paths,
     sandbox_boundary,
+    worker_paths,
 )
 from ._harness import _HARNESS, STAR_MODULES, preamble_stars
 from ._results import Limits, SandboxResult, SandboxStatus, TestResult, checked_run
@@ -161,6 +162,8 @@ def run_tests(
         "isolate": isolate,
         "boundary": boundary,
         "netns": boundary != "none",
+        # under unshare, what the judge binds back where nobody can reach it (``worker_paths``)
+        "reach": worker_paths(python, [path for _, path in packages]),
         "uid": ids[0] if ids else None,
         "gid": ids[1] if ids else None,
         "limits": {
@@ -231,6 +234,7 @@ def run_tests(
             cpu_s,
             boundary,
             apart,
+            ids is not None,
         )
     finally:
         os.close(home)
@@ -240,8 +244,9 @@ def run_tests(
 def not_separated(boundary: str, *, keeps_root: bool) -> str:
     """Why the judge's result lines are within the candidate's reach, in words, or ``""``
     where they are not: the parent's word, from what it set up (a line the child writes could
-    be the candidate's). The worker keeps root (``isolation="none"`` run as root, an
-    interpreter ``nobody`` cannot read): it can open the judge's descriptors, its result pipe
+    be the candidate's; only the judge's first, written before any candidate code runs, is
+    read, for the user it kept). The worker keeps root (``isolation="none"`` run as root, an
+    interpreter ``nobody`` cannot read even through the boundary's bind-backs): it can open the judge's descriptors, its result pipe
     among them, whatever the judge's dumpable flag says. No boundary (``isolation="none"``):
     no PID namespace hides the judge, nor this process (the same user, holding the other end
     of that pipe), from the worker; the audit hook alone stands between, and it is no boundary
@@ -314,9 +319,11 @@ def _parse(
     cpu_s: int,
     boundary: str,
     apart: str = "",
+    drop: bool = False,
 ) -> SandboxResult:
     got: dict[int, TestResult] = {}
     isolation: dict[str, str] = {"boundary": boundary}
+    judge_said = False
     done = False
     for line in stdout.decode("utf-8", "replace").splitlines():
         try:
@@ -326,8 +333,15 @@ def _parse(
         if not isinstance(msg, dict):
             continue
         if "isolation" in msg and isinstance(msg["isolation"], dict):
+            if judge_said:
+                continue  # the first is the judge's, written before any candidate code ran
+            judge_said = True
             isolation = {str(k): str(v) for k, v in msg["isolation"].items()}
             isolation["boundary"] = boundary  # the parent's word, not the child's
+            if drop and isolation.get("user") != "nobody" and not apart:
+                # asked to drop, the judge found the interpreter out of nobody's reach and
+                # kept root (``_harness``): the worker is root, its lines may be anyone's
+                apart = not_separated(boundary, keeps_root=True)
         elif msg.get("done") is True:
             done = True
         elif isinstance(msg.get("i"), int) and 0 <= msg["i"] < len(tests):

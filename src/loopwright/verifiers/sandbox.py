@@ -28,14 +28,19 @@ directory, with an environment stripped to ``PATH`` and ``LANG``, and these limi
   ``bwrap`` (bubblewrap, also unprivileged) shows it only read-only ``/usr``, the interpreter's
   prefix, a private ``/dev``, an empty ``/tmp`` and its own work directory; ``unshare``
   (``unshare --pid --mount-proc --fork --net``, root only, when bubblewrap is missing) keeps the
-  host's file system in view, read as ``nobody`` where the interpreter allows. Where neither is
+  host's file system in view, read-only, read as ``nobody`` (an interpreter behind a directory
+  ``nobody`` may not pass, ``/root/.pyenv``, is bound back into a tmpfs laid over it in the
+  child's mount namespace: stop 56). Where neither is
   possible (``none``), ``run_tests`` refuses with ``SandboxUnavailableError`` unless told to
   run anyway (``allow_unisolated=True`` or ``LOOPWRIGHT_SANDBOX_ALLOW_UNISOLATED=1``; and
   ``isolate=False`` asks for ``none`` outright); a warning is logged and the verdict's evidence
   carries one;
 * **environment** — the child and its wrapper get ``PATH`` and ``LANG`` only; the job comes on
   stdin; no file descriptor is inherited;
-* **user** — when running as root the child drops to ``nobody`` before candidate code runs;
+* **user** — when running as root the child drops to ``nobody`` before candidate code runs,
+  where the interpreter and its standard library are readable by everyone (the directories
+  above them need not be: the boundary rebuilds them); where not, the judge keeps root, says so
+  in its first line, and the run is not separated (below);
 * **audit hook** (always, a second layer) — a ``sys.addaudithook`` hook installed before any
   candidate code runs refuses socket creation, process creation (``fork``, ``exec``,
   ``subprocess``, ``os.system``, ``posix_spawn``), signalling other processes, ``ctypes``,
