@@ -182,6 +182,7 @@ def test_webhook_signed_retried_and_sent_once(
 ) -> None:
     store = str(tmp_path / "live.db")
     open_store(store).close()
+    caplog.set_level(logging.DEBUG, logger="loopwright.notify")  # (a try: a debug line)
     cfg = dataclasses.replace(
         NotifyConfig.of([listener.url], secret=SECRET, link_base="http://dash.example:8321"),
         first_wait_s=0.05,
@@ -286,7 +287,12 @@ def test_webhook_gives_up_on_a_client_error_and_never_raises(tmp_path: Path) -> 
         feed.poll()  # the pending request is in the first look
         notifier.drain()
         assert [s for s, _, _ in lst.got] == [404]  # not retried: the receiver refused it
-        assert notifier.failed == 1 and st.events_of_kind(run_id, MARKER) == []
+        assert notifier.failed == 1
+        # notify56c: given up as a settling is: marked failed, audited (it was neither)
+        [mark] = [e.data for e in st.events_of_kind(run_id, MARKER)]
+        assert (mark["failed"], mark["rounds"], mark["error"]) == (True, 1, "HTTP 404")
+        [a] = st.audit(action="notify")
+        assert (a.target, a.outcome) == (f"run {run_id}", "failed")
         assert "X-Loopwright-Signature" not in lst.got[0][1]  # no secret: unsigned
     finally:
         st.close()
@@ -341,7 +347,7 @@ def test_webhook_answered_with_something_not_http_is_retried(
         feed = Feed(st)
         feed.listen(notifier)
         feed.poll()
-        with caplog.at_level(logging.WARNING, logger="loopwright.web"):
+        with caplog.at_level(logging.DEBUG, logger="loopwright.notify"):  # (a try: debug)
             notifier.drain()
         server.join(timeout=30)
         assert len(got) == 2 and (notifier.delivered, notifier.failed) == (1, 0)

@@ -13,10 +13,11 @@ import logging
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import replace
+from pathlib import Path
 
 import psycopg
 import pytest
-from test_live import Listener
+from test_live import Listener, park
 from test_notify_settle import _escalated
 
 from loopwright.cli import main
@@ -175,8 +176,14 @@ def test_a_dead_endpoint_gives_a_settling_up_after_its_rounds_and_goes_on(
             _settle(url, first)
             second = _escalated(url)  # (the same key again: the first settled it not done)
             _settle(url, second)
-            for _ in range(9):
-                notifier.drain()
+            with caplog.at_level(logging.DEBUG, logger="loopwright.notify"):
+                for n in range(1, 10):  # notify56c: one line a failed round (not one a try)
+                    caplog.clear()
+                    notifier.drain()
+                    said = [r for r in caplog.records if r.levelno >= logging.INFO]
+                    assert [r.levelno for r in said] == [logging.WARNING], caplog.text
+                    assert f"(round {n} of 10)" in said[0].getMessage()
+            caplog.clear()
             # 9 rounds of 2 tries, the second settling held behind the first
             assert [r for r, _ in _settled(hook)] == [first] * 18
             with caplog.at_level(logging.ERROR, logger="loopwright.notify"):
@@ -219,3 +226,100 @@ def test_a_settling_refused_with_a_4xx_is_audited_not_delivered(url: str) -> Non
         )
         [m] = st.events_of_kind(run_id, "notified")
         assert m.data["failed"] is True
+
+
+def _dead_endpoint_notifier(st: object, url: str, rounds: int, **kw: int) -> Notifier:
+    """A notifier whose tries are 3 a round and the back-off 0 (no sleeps)."""
+    cfg = replace(NotifyConfig.of([url], settled_rounds=rounds), attempts=3, first_wait_s=0.0)
+    return Notifier(st, replace(cfg, **kw))  # type: ignore[arg-type]
+
+
+def test_an_approval_request_to_a_dead_endpoint_is_given_up_after_its_rounds(
+    url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """notify56c: a request whose round failed (every try 500) was dropped for that process
+    after one round, with no marker and no audit record, and each round logged a warning a
+    try plus "gave up after HTTP 500". It is now tried again a round later, each failed round
+    one warning, and after ``--notify-rounds`` rounds given up as a settling is: a failed
+    marker, an audit record (the URL's host only), one error line; a restart posts it no
+    more, and a later request is posted."""
+    run_id = park(tmp_path, url, "dead-hook")
+    with closing(Listener([500] * 9)) as hook:  # 3 rounds of 3 tries, then 200
+        st = open_store(url)
+        try:
+            feed = Feed(st)
+            notifier = _dead_endpoint_notifier(st, hook.url, 3)
+            feed.listen(notifier)
+            feed.poll()
+            lines = []
+            with caplog.at_level(logging.DEBUG, logger="loopwright.notify"):
+                for _ in range(3):
+                    caplog.clear()
+                    notifier.drain()
+                    said = [r for r in caplog.records if r.levelno >= logging.INFO]
+                    lines.append([(r.levelno, r.getMessage()) for r in said])
+            assert len(hook.got) == 9 and {s for s, _, _ in hook.got} == {500}
+            assert [[lv for lv, _ in one] for one in lines] == [
+                [logging.WARNING],
+                [logging.WARNING],
+                [logging.ERROR],
+            ], lines
+            assert "(round 1 of 3)" in lines[0][0][1] and "(round 2 of 3)" in lines[1][0][1]
+            assert "not delivered" in lines[2][0][1] and "loopwright audit" in lines[2][0][1]
+            [m] = st.events_of_kind(run_id, "notified")
+            assert (m.data["failed"], m.data["rounds"], m.data["error"]) == (True, 3, "HTTP 500")
+            [a] = st.audit(action="notify")
+            assert (a.actor, a.target, a.outcome, a.detail["event"]) == (
+                "notifier",
+                f"run {run_id}",
+                "failed",
+                "approval_requested",
+            )
+            assert a.detail["url"] == hook.url.split("/hooks")[0]
+            assert "secretpath" not in json.dumps(a.detail)  # the URL's host only
+            notifier.drain()  # given up: not tried again
+            assert len(hook.got) == 9
+            later = park(tmp_path, url, "after-the-dead-one")
+            feed.poll()
+            notifier.drain()
+            assert [json.loads(b)["run_id"] for s, _, b in hook.got if s == 200] == [later]
+        finally:
+            st.close()
+        with _notifying(url, hook) as again:  # a restart posts neither again
+            again.poll()
+        assert len(hook.got) == 10
+    assert main(["audit", "--target", f"run {run_id}", "--jsonl", "--store", url]) == 0
+
+
+def test_the_requests_already_waiting_to_a_dead_endpoint_are_given_up_together(
+    url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The one message listing the requests already waiting (more than ``baseline_posts``)
+    was dropped after a round as a single request was: tried again as one, and given up
+    together: each request marked failed, one audit record, one error line."""
+    runs = [park(tmp_path, url, f"waiting-{i}") for i in range(2)]
+    with closing(Listener([500] * 6)) as hook:
+        st = open_store(url)
+        try:
+            feed = Feed(st)
+            notifier = _dead_endpoint_notifier(st, hook.url, 2, baseline_posts=1)
+            feed.listen(notifier)
+            feed.poll()
+            with caplog.at_level(logging.WARNING, logger="loopwright.notify"):
+                notifier.drain()
+                notifier.drain()
+            events = {h["X-Loopwright-Event"] for _, h, _ in hook.got}
+            assert len(hook.got) == 6 and events == {"approvals_waiting"}
+            levels = [r.levelno for r in caplog.records]
+            assert levels == [logging.WARNING, logging.ERROR], caplog.text
+            for run_id in runs:
+                [m] = st.events_of_kind(run_id, "notified")
+                assert m.data["failed"] is True and m.data["summary"] is True
+            [a] = st.audit(action="notify")
+            assert (a.outcome, a.detail["requests"], a.detail["event"]) == (
+                "failed",
+                2,
+                "approvals_waiting",
+            )
+        finally:
+            st.close()

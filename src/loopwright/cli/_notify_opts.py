@@ -59,9 +59,9 @@ NotifyRoundsOpt = Annotated[
     typer.Option(
         "--notify-rounds",
         metavar="N",
-        help="Give a settling up after its post to a --notify URL failed N rounds in a row "
-        "(each round 6 tries over about 31 s; default 10): recorded not delivered "
-        "(`loopwright audit`), and the later settlings go on.",
+        help="Give a settling or an approval request up after its post to a --notify URL "
+        "failed N rounds in a row (each round 6 tries over about 31 s; default 10): recorded "
+        "not delivered (`loopwright audit`), and the later ones go on.",
     ),
 ]
 

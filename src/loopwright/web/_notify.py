@@ -9,13 +9,14 @@ refuses a stale timestamp (a replayed request). The secret is held in memory onl
 the store, never in a log line), and so is the target URL (a chat webhook's URL is itself a
 credential): a delivery is recorded in the run's event log under a digest of the URL.
 
-Deliveries run on one thread per URL, retried with capped exponential backoff on a network
-error, a timeout, 408, 429 or 5xx; a failure is logged and never reaches the server's
-requests. A request is posted once per URL: a ``notified`` event on its run marks it
-delivered, so a restarted server does not post it again. A person's settlings are read by each
-URL's thread from its cursor in the store (``Store.notify_cursor``): one made while no process
-notified is posted when one starts, once; one whose post fails ``settled_rounds`` rounds in a
-row (a 4xx at once) is given up: marked failed, audited, and the cursor moves on.
+Deliveries run on one thread per URL, a round of tries with capped exponential backoff on a
+network error, a timeout, 408, 429 or 5xx (a failed round: one warning, another round later);
+a failure never reaches the server's requests. A request is posted once per URL: a
+``notified`` event on its run marks it delivered, so a restarted server does not post it
+again. A person's settlings are read by each URL's thread from its cursor in the store
+(``Store.notify_cursor``): one made while no process notified is posted when one starts,
+once. A request or settling whose post fails ``settled_rounds`` rounds in a row (a 4xx at
+once) is given up: marked failed, audited, said once (a settling's cursor moves on).
 """
 
 from __future__ import annotations
@@ -219,7 +220,8 @@ class _Target:
         self.read_at = 0.0
         self.retry = False  # the last failed post may succeed later (a 5xx, a timeout)
         self.error = ""  # why the last failed post failed (``HTTP 500``, ``ConnectionRefused…``)
-        self.rounds: dict[str, int] = {}  # a settling's failed rounds in this process, by key
+        self.rounds: dict[str, int] = {}  # a post's failed rounds in this process, by key
+        self.held: dict[str, _Job] = {}  # requests whose last round failed: the next round's
 
 
 class Notifier:
@@ -239,7 +241,7 @@ class Notifier:
         self._stop = threading.Event()
         self.delivered = 0  # counters for tests and the log
         self.failed = 0
-        self.failed_for_good = 0  # settlings given up (``_give_up``)
+        self.failed_for_good = 0  # requests and settlings given up (``_give_up``)
 
     def start(self) -> None:
         self._stop.clear()
@@ -266,8 +268,10 @@ class Notifier:
             t.thread = None
 
     def drain(self) -> None:
-        """Deliver what is queued on this thread (a caller without ``start``: tests, tools)."""
+        """Deliver what is queued on this thread (a caller without ``start``: tests, tools):
+        one round for each request held by a failed one, then the queue, then the settlings."""
         for t in self._targets:
+            self._retry_held(t)
             while True:
                 try:
                     job = t.jobs.get_nowait()
@@ -346,6 +350,8 @@ class Notifier:
                 if job is not None and job is not _IDLE:
                     self._deliver(t, job)
                 if job is None or time.monotonic() >= t.read_at + every:
+                    if job is not None:
+                        self._retry_held(t)  # (not as the process stops: a whole round)
                     self.post_settlings(t)  # (a last read as the process stops: job None)
             except Exception:  # the store went away mid-delivery: log, go on with the next
                 log.exception("notifying %s failed", t.where)
@@ -428,32 +434,50 @@ class Notifier:
                 return False
             if attempts:
                 self._mark(t, job, attempts)
-            else:
-                rounds = t.rounds.get(job.key, 0) + 1
-                if t.retry and rounds < self.config.settled_rounds:
-                    t.rounds[job.key] = rounds
-                    return False  # the next round, the cursor before it
-                self._give_up(t, job, rounds if t.retry else 1)
-            t.rounds.pop(job.key, None)
+            elif self._round_failed(t, job):
+                return False  # the next round, the cursor before it
         t.posted.add(pos)
         return True
 
+    def _round_failed(self, t: _Target, job: _Job) -> bool:
+        """After a round of ``job`` (a settling or a request) failed: whether it gets another
+        (a failure that may pass, under ``settled_rounds``: one warning), else ``_give_up``."""
+        rounds = t.rounds.get(job.key, 0) + 1
+        limit = self.config.settled_rounds
+        if t.retry and rounds < limit:
+            t.rounds[job.key] = rounds
+            log.warning(
+                "webhook %s for %s: %s (round %d of %d); tried again in the next round",
+                t.where,
+                job.key,
+                t.error,
+                rounds,
+                limit,
+            )
+            return True
+        self._give_up(t, job, rounds if t.retry else 1)
+        return False
+
     def _give_up(self, t: _Target, job: _Job, rounds: int) -> None:
-        """A settling ``t`` refused for good (a 4xx) or failed ``settled_rounds`` rounds in a
-        row: marked failed (its ``notified`` marker: the cursor moves on, a restart does not
-        post it again), audited (``loopwright audit``: action ``notify``, outcome
-        ``failed``), and said once in the log with what to do."""
+        """A post ``t`` refused for good (a 4xx) or failed ``settled_rounds`` rounds in a row
+        (a settling, an approval request, the requests already waiting, a run's end): marked
+        failed (a ``notified`` marker for each request it carried: a settling's cursor moves
+        on, a restart does not post it again), audited once (``loopwright audit``: action
+        ``notify``, outcome ``failed``), and said once in the log with what to do."""
         self.failed_for_good += 1
-        data = {"key": job.key, "target": t.id, "failed": True, "rounds": rounds,
-                "error": t.error}  # fmt: skip
-        self.store.append_events(job.run_id, [NewEvent(job.cycle, MARKER, data)])
+        t.rounds.pop(job.key, None)
+        covered = job.covers or (job,)
+        for j in covered:
+            data = {"key": j.key, "target": t.id, "failed": True, "rounds": rounds,
+                    "error": t.error} | ({"summary": True} if job.covers else {})  # fmt: skip
+            self.store.append_events(j.run_id, [NewEvent(j.cycle, MARKER, data)])
         audit(self.store, "notifier", "notify", f"run {job.run_id}", outcome="failed",
               origin="webhook", url=t.where, target_id=t.id, event=job.event, key=job.key,
-              rounds=rounds, error=t.error)  # fmt: skip
+              rounds=rounds, error=t.error, requests=len(covered))  # fmt: skip
         log.error(
             "webhook %s: %s of run %s not delivered (%s, %d round(s)); given up, the later "
-            "settlings go on. Fix the webhook; the settling is in `loopwright audit --target "
-            "'run %s'` and the run's events",
+            "posts go on. Fix the webhook; it is in `loopwright audit --target 'run %s'` "
+            "and the run's events",
             t.where,
             job.key,
             job.run_id[:12],
@@ -487,6 +511,15 @@ class Notifier:
         attempts = self._send(t, job.key, job.event, job.make())
         if attempts:
             self._mark(t, job, attempts)
+            t.rounds.pop(job.key, None)
+        elif not self._stop.is_set() and self._round_failed(t, job):
+            t.held[job.key] = job  # tried again in the next round (``_retry_held``)
+
+    def _retry_held(self, t: _Target) -> None:
+        """A round for each request whose last one failed (unless posted since, elsewhere)."""
+        held, t.held = t.held, {}
+        for job in held.values():
+            self._deliver(t, job)
 
     def _deliver_waiting(self, t: _Target, jobs: tuple[_Job, ...]) -> None:
         done: dict[str, set[str]] = {}  # each run's delivered keys, read once for the batch
@@ -499,10 +532,16 @@ class Notifier:
                 self._post_job(t, j)  # known not posted: no second look at the store
             return
         body = waiting_body([j.make() for j in left], self.config.link_base)
-        attempts = self._send(t, f"waiting:{left[0].key}", "approvals_waiting", body)
+        first = left[0]
+        summary = _Job(f"waiting:{first.key}", first.run_id, first.cycle, "approvals_waiting",
+                       lambda: body, covers=tuple(left))  # fmt: skip
+        attempts = self._send(t, summary.key, summary.event, body)
         if attempts:
+            t.rounds.pop(summary.key, None)
             for j in left:  # each is delivered: a later restart does not post it again
                 self._mark(t, j, attempts, summary=True)
+        elif not self._stop.is_set() and self._round_failed(t, summary):
+            t.held[summary.key] = summary  # its requests again, those still not posted
 
     def _mark(self, t: _Target, job: _Job, attempts: int, *, summary: bool = False) -> None:
         self.delivered += 1
@@ -546,7 +585,7 @@ class Notifier:
             t.retry = True
             if attempt < cfg.attempts:
                 wait = min(cfg.max_wait_s, cfg.first_wait_s * 2 ** (attempt - 1))
-                log.warning(
+                log.debug(  # (a round that fails says one line: ``_round_failed``)
                     "webhook %s for %s: %s (attempt %d of %d); retrying in %.0f s",
                     t.where,
                     key,
@@ -558,5 +597,4 @@ class Notifier:
                 if self._stop.wait(wait):
                     return 0
         self.failed += 1
-        log.warning("webhook %s for %s: gave up after %s", t.where, key, error)
         return 0
