@@ -81,7 +81,7 @@ def test_a_root_worker_inside_a_boundary_self_reports_every_test(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An interpreter ``nobody`` cannot read: the worker keeps root inside the boundary."""
-    monkeypatch.setattr(_run_tests, "_nobody", lambda python, boundary: None)
+    monkeypatch.setattr(_run_tests, "nobody_ids", lambda python, boundary: None)
     r = run_tests(RIGHT, JUDGED)
     assert r.isolation != "none" and r.not_separated == "the worker keeps root", r.layers
     assert r.passed and all(t.self_reported for t in r.tests)

@@ -270,7 +270,7 @@ def test_under_unshare_too(name: str, worker: str, monkeypatch: pytest.MonkeyPat
     real = _boundary._works
     monkeypatch.setattr(_boundary, "_works", lambda b, p: b == "unshare" and real(b, p))
     if worker == "root":
-        monkeypatch.setattr(_run_tests, "_nobody", lambda python, boundary: None)
+        monkeypatch.setattr(_run_tests, "nobody_ids", lambda python, boundary: None)
     v = held_out_verdict(WRONG + FORGERIES[name], judged_only=True)
     assert v.evidence["isolation"] == "unshare"
     if worker == "root":

@@ -166,12 +166,12 @@ def test_under_unshare_too(attack: str, worker: str, monkeypatch: pytest.MonkeyP
     # the judge starts as root there and drops to nobody, the worker's user: its /proc entries
     # (memory, descriptors) are still not the worker's, and what reaches it only fails the run.
     # Until sandbox56 the worker kept root wherever the interpreter lived under /root (pyenv),
-    # and this passed on a root worker: "root" forces that case (``_nobody`` finds no way),
+    # and this passed on a root worker: "root" forces that case (``nobody_ids`` finds no way),
     # where every test is self-reported (stop 56, ``not_separated``)
     real = _boundary._works
     monkeypatch.setattr(_boundary, "_works", lambda b, p: b == "unshare" and real(b, p))
     if worker == "root":
-        monkeypatch.setattr(_run_tests, "_nobody", lambda python, boundary: None)
+        monkeypatch.setattr(_run_tests, "nobody_ids", lambda python, boundary: None)
     body = {
         "garble": "say(b'garbage\\n')",
         "signal": "signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)",

@@ -1,6 +1,6 @@
 """The worker drops to ``nobody`` where the interpreter lives behind a directory ``nobody``
 may not pass (stop 56, sandbox56). With the interpreter under ``/root/.pyenv`` (``/root`` is
-0700: pyenv's and many Docker images' layout), ``_nobody`` found the standard library
+0700: pyenv's and many Docker images' layout), ``nobody_ids`` found the standard library
 unreadable as ``nobody`` under ``unshare`` and the worker kept root: it could reach the judge's
 result lines, so every verdict was self-reported (``not_separated``), and the tests that claimed
 to test the drop under ``unshare`` tested a root worker. Now the judge, root in its own mount
@@ -61,9 +61,9 @@ def test_the_check_sees_a_separated_judge(boundary: str, monkeypatch: pytest.Mon
     # ``loopwright check`` (``judge_apart``) says so before any run (under unshare it said
     # "the worker keeps root"), and the other way where the drop is impossible
     _only(boundary, monkeypatch)
-    _boundary._nobody.cache_clear()
+    _boundary.nobody_ids.cache_clear()
     assert _run_tests.judge_apart() == ""
-    monkeypatch.setattr(_run_tests, "_nobody", lambda python, boundary: None)
+    monkeypatch.setattr(_run_tests, "nobody_ids", lambda python, boundary: None)
     assert _run_tests.judge_apart() == "the worker keeps root"
 
 
@@ -100,7 +100,7 @@ def test_an_interpreter_left_unreachable_keeps_root_and_self_reports(
     if boundary == "bwrap":
         # bwrap binds the prefix itself; only an unreadable one is left out of reach
         monkeypatch.setattr(_boundary, "_prefixes", lambda python: [])
-        monkeypatch.setattr(_run_tests, "_wrap", _broken_bwrap)
+        monkeypatch.setattr(_run_tests, "wrapped_argv", _broken_bwrap)
     r = run_tests(WHO, TESTS)
     assert r.isolation == boundary
     assert r.layers["user"].startswith("unchanged"), r.to_dict()
@@ -112,7 +112,7 @@ def _broken_bwrap(
     boundary: str, python: str, workdir: str, read_only: Sequence[str] = ()
 ) -> list[str]:
     # the prefix bound where it is, under a /root of mode 0700 inside the sandbox
-    argv = _boundary._wrap(boundary, python, workdir, read_only)
+    argv = _boundary.wrapped_argv(boundary, python, workdir, read_only)
     i = argv.index("--chdir")
     prefix = os.path.realpath(sys.base_prefix)
     extra = ["--perms", "0700", "--dir", "/root", "--ro-bind", prefix, prefix]

@@ -150,7 +150,7 @@ def test_under_unshare_the_host_file_system_is_read_only(
     real = _boundary._works
     monkeypatch.setattr(_boundary, "_works", lambda b, p: b == "unshare" and real(b, p))
     if worker == "root":
-        monkeypatch.setattr(_run_tests, "_nobody", lambda python, boundary: None)
+        monkeypatch.setattr(_run_tests, "nobody_ids", lambda python, boundary: None)
     host = tempfile.mkdtemp(prefix=".trust53-", dir=_host_dir())
     os.chmod(host, 0o777)  # writable by nobody too
     code = f"""

@@ -53,7 +53,7 @@ def _world_readable(path: str) -> bool:
 
 
 @functools.lru_cache(maxsize=8)
-def _nobody(python: str, boundary: str) -> tuple[int, int] | None:
+def nobody_ids(python: str, boundary: str) -> tuple[int, int] | None:
     """The ``nobody`` user's ids, when the child can still run the interpreter and import the
     standard library as it.
 
@@ -94,7 +94,7 @@ def worker_paths(python: str, read_only: Sequence[str]) -> list[str]:
 
 
 # --- the boundary: bubblewrap, else unshare (root), else none -------------------------------
-_CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 # Top-level system directories the interpreter may need (shared libraries, the loader); on a
 # merged-/usr system most are symlinks into /usr and are recreated as symlinks.
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -174,7 +174,7 @@ def package_paths(names: Sequence[str], *, python: str | None = None) -> list[tu
     return out
 
 
-def _stage_packages(workdir: str, packages: Sequence[tuple[str, str]]) -> str | None:
+def stage_packages(workdir: str, packages: Sequence[tuple[str, str]]) -> str | None:
     """A directory in ``workdir`` holding one symbolic link per allowed entry: the only
     site directory the child puts on ``sys.path``, so nothing else installed is importable
     (under ``bwrap`` the targets are the only parts of site-packages bound at all)."""
@@ -237,7 +237,7 @@ def _bwrap_argv(bwrap: str, python: str, workdir: str, read_only: Sequence[str] 
         argv += [mode, path, path]
         made.add(path)
     argv += ["--chdir", workdir, "--clearenv"]
-    for k, v in _CLEAN_ENV.items():
+    for k, v in CLEAN_ENV.items():
         argv += ["--setenv", k, v]
     return argv
 
@@ -256,7 +256,9 @@ def _unshare_argv(unshare: str) -> list[str]:
     ]
 
 
-def _wrap(boundary: str, python: str, workdir: str, read_only: Sequence[str] = ()) -> list[str]:
+def wrapped_argv(
+    boundary: str, python: str, workdir: str, read_only: Sequence[str] = ()
+) -> list[str]:
     if boundary == "bwrap":
         return _bwrap_argv(shutil.which("bwrap") or "bwrap", python, workdir, read_only)
     if boundary == "unshare":
@@ -274,10 +276,10 @@ def _works(boundary: str, python: str) -> bool:
         return False
     workdir = tempfile.mkdtemp(prefix="loopwright-probe-")
     try:
-        argv = _wrap(boundary, python, workdir)
+        argv = wrapped_argv(boundary, python, workdir)
         argv += [os.path.realpath(python), "-I", "-S", "-B", "-c", "import os; print(os.getpid())"]
         done = subprocess.run(
-            argv, capture_output=True, env=dict(_CLEAN_ENV), timeout=30, cwd=workdir, check=False
+            argv, capture_output=True, env=dict(CLEAN_ENV), timeout=30, cwd=workdir, check=False
         )
         # In its own PID namespace the interpreter is 1 (unshare) or 2 (under bwrap's init).
         return done.returncode == 0 and done.stdout.strip() in (b"1", b"2")

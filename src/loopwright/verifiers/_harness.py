@@ -1,4 +1,4 @@
-"""The program a sandboxed run starts (``python -I -S -B -c _HARNESS``): the judge. It sets
+"""The program a sandboxed run starts (``python -I -S -B -c HARNESS``): the judge. It sets
 the boundary's last pieces and the limits, starts the worker (``_worker``), the one process that
 runs candidate code, and decides each test's verdict itself from the values the worker answers
 (stop 54): the candidate cannot write a result line, read an expected value or patch the
@@ -11,7 +11,7 @@ import importlib
 
 from ._judge_plans import JUDGE_PLANS
 from ._judge_verdicts import JUDGE_VERDICTS
-from ._worker import _COMMON
+from ._worker import WORKER_COMMON
 
 STAR_MODULES = (
     *("math", "cmath", "typing", "collections", "itertools", "functools", "operator"),
@@ -219,7 +219,7 @@ signal.signal(signal.SIGPROF, judge_alarm)
 """
 
 # Passed with ``-c`` (no file to tamper with); it reads its job from stdin. One program, its
-# pieces joined in order: what both processes share (``_worker._COMMON``), the judge's setup,
+# pieces joined in order: what both processes share (``_worker.WORKER_COMMON``), the judge's setup,
 # its reading of the tests it can decide (``_judge_plans``), the worker started and each test's
 # verdict (``_judge_verdicts``).
-_HARNESS = _COMMON + _JUDGE_SETUP + JUDGE_PLANS + JUDGE_VERDICTS
+HARNESS = WORKER_COMMON + _JUDGE_SETUP + JUDGE_PLANS + JUDGE_VERDICTS

@@ -1,5 +1,5 @@
 """The judge's reading of the tests it can decide, a piece of its program's text (``_harness``
-joins the pieces in order into ``_HARNESS``): which tests are ``assert EXPR [, MSG]`` over calls
+joins the pieces in order into ``HARNESS``): which tests are ``assert EXPR [, MSG]`` over calls
 of the candidate's function with literal arguments (``literal``, ``folded``, ``is_call``), each
 assert's holes for the worker to fill (``Holes``, ``group``), HumanEval's ``check(candidate)``
 scripts read as their asserts (``asserts_of``), the names the preamble and the candidate bind

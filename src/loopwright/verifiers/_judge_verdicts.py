@@ -1,5 +1,5 @@
 """The judge's worker and verdicts, the last piece of its program's text (``_harness`` joins the
-pieces in order into ``_HARNESS``): the worker started (``Worker``, a fresh interpreter told the
+pieces in order into ``HARNESS``): the worker started (``Worker``, a fresh interpreter told the
 candidate and never a test's expected values), its protocol (``send``, ``read``: an answer out
 of turn, too long or too late stops it, ``Garbled``, ``Silent``), each judged test decided from
 the values it answers (``judge``, ``decide``), a test the judge cannot decide run whole in it

@@ -22,17 +22,17 @@ from dataclasses import replace
 
 from .._errors import ConfigError
 from ._boundary import (
-    _CLEAN_ENV,
-    _nobody,
-    _stage_packages,
-    _wrap,
+    CLEAN_ENV,
+    nobody_ids,
     package_paths,
     sandbox_boundary,
+    stage_packages,
     worker_paths,
+    wrapped_argv,
 )
-from ._harness import _HARNESS, STAR_MODULES, preamble_stars
+from ._harness import HARNESS, STAR_MODULES, preamble_stars
 from ._results import Limits, SandboxResult, SandboxStatus, TestResult, checked_run
-from ._worker import _WORKER
+from ._worker import WORKER
 
 __all__ = ["DEFAULT_PREAMBLE", "judge_apart", "not_separated", "run_tests"]
 
@@ -141,12 +141,12 @@ def run_tests(
     packages = package_paths(allow_packages, python=python)
     python = python or sys.executable
     boundary = sandbox_boundary(isolate=isolate, allow_unisolated=allow_unisolated, python=python)
-    ids = _nobody(python, boundary) if (isolate and os.geteuid() == 0) else None
+    ids = nobody_ids(python, boundary) if (isolate and os.geteuid() == 0) else None
     apart = not_separated(boundary, keeps_root=os.geteuid() == 0 and ids is None)
     job = {
         "code": code,
         "tests": tests,
-        "worker": _WORKER,
+        "worker": WORKER,
         "judged_only": judged_only,
         "preamble": preamble,
         "star_modules": list(STAR_MODULES),
@@ -176,7 +176,7 @@ def run_tests(
     }
     # Nothing of this process's environment reaches the child, nor its wrapper (under bwrap the
     # wrapper is the sandbox's PID 1, whose environ the candidate can read).
-    env = dict(_CLEAN_ENV)
+    env = dict(CLEAN_ENV)
     workdir = os.path.realpath(tempfile.mkdtemp(prefix="loopwright-sandbox-"))
     # Held from before the child starts: the output is read through it, not by a path the
     # candidate could have renamed or replaced with a link.
@@ -185,12 +185,12 @@ def run_tests(
     try:
         if ids is not None:
             os.chown(workdir, ids[0], ids[1])
-        job["site"] = _stage_packages(workdir, packages)
-        wrapper = _wrap(boundary, python, workdir, [path for _, path in packages])
+        job["site"] = stage_packages(workdir, packages)
+        wrapper = wrapped_argv(boundary, python, workdir, [path for _, path in packages])
         exe = os.path.realpath(python) if wrapper else python
         try:
             proc = subprocess.Popen(
-                [*wrapper, exe, "-I", "-S", "-B", "-c", _HARNESS],
+                [*wrapper, exe, "-I", "-S", "-B", "-c", HARNESS],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -268,7 +268,7 @@ def judge_apart(*, isolate: bool = True, allow_unisolated: bool = False) -> str:
     except ConfigError:
         return ""
     root = os.geteuid() == 0
-    keeps_root = root and not (isolate and _nobody(sys.executable, boundary))
+    keeps_root = root and not (isolate and nobody_ids(sys.executable, boundary))
     return not_separated(boundary, keeps_root=keeps_root)
 
 

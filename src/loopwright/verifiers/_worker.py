@@ -1,10 +1,10 @@
 """The sandbox's worker: the only process that runs candidate code (``python -I -S -B -c
-_WORKER``, started by the judge in ``_harness``). It is told the candidate, and per test either
+WORKER``, started by the judge in ``_harness``). It is told the candidate, and per test either
 the calls to evaluate (a judged test: it answers their values as plain data, never seeing the
 expected ones) or the whole test (a self-reported one: it answers pass or fail itself)."""
 
 # Helpers both processes use: clipping, describing an exception, the per-test timers.
-_COMMON = r"""
+WORKER_COMMON = r"""
 import ast, builtins, io, json, os, resource, signal, sys, time
 MAX = 2000
 fired = [None]
@@ -340,4 +340,4 @@ while True:
         os._exit(3)  # the candidate broke the answer pipe: the judge sees the end
 """
 
-_WORKER = _COMMON + _WORKER_BODY
+WORKER = WORKER_COMMON + _WORKER_BODY
