@@ -205,6 +205,7 @@ class Runtime(
         # (a token passed by hand) ending first left a set without the run, and this runtime
         # then took its lease from its own live execution (``_take_lease``; review48)
         self._driving: Counter[str] = Counter()
+        self._claiming: Counter[int] = Counter()  # (a worker's claims in flight: ``_host``)
         # Words of executions that stopped alive the store refused (down as they stopped):
         # said again before this runtime's next resume counts crashes (``_say_unsaid``)
         self._unsaid: list[tuple[str, int, int, str, Any]] = []

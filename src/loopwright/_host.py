@@ -20,7 +20,7 @@ import contextlib
 import functools
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ConflictError
@@ -59,6 +59,8 @@ RESERVED = _Reserved()
 # ``RuntimeHost._driving``'s counts, changed on the event loop and, by a take that outlived its
 # cancelled caller, in the store thread that made it (``_store_threads.in_store_thread``)
 _DRIVING = threading.Lock()
+# ...told when a worker's claim of runs for a runtime has ended (``RuntimeHost._claim_ended``)
+_CLAIMED = threading.Condition(_DRIVING)
 
 
 class RuntimeHost:
@@ -76,6 +78,7 @@ class RuntimeHost:
     history_window: int
     _active: int
     _driving: Counter[str]  # the runs this runtime is executing now (``Runtime.resume``)
+    _claiming: Counter[int]  # its worker's claims in flight, by thread (``_claim_begun``)
     _unsaid: list[tuple[str, int, int, str, Any]]  # words of stops alive the store refused
     _saying: Saying | None  # a resume saying them now (``_say_unsaid``)
     _memory: FeedbackMemory | None
@@ -90,7 +93,9 @@ class RuntimeHost:
         while another executor holds it. The store lets an owner take its own lease again: a
         person's edit through the runtime executing the run fenced that execution out
         mid-cycle (``StaleLeaseError``, the run left running with no holder; attack47)."""
-        self._refuse_driven(run_id)
+        with _DRIVING:
+            self._settled()
+            self._refuse_driven(run_id)
         return self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s)
 
     @property
@@ -133,6 +138,7 @@ class RuntimeHost:
         (``_undrive``)."""
         with _DRIVING:  # (the check and the count one step: a person's operation in another
             # thread found the run free between them, took its lease, and was fenced out)
+            self._settled()
             self._refuse_driven(run_id)
             self._driving[run_id] += 1
         try:
@@ -158,11 +164,43 @@ class RuntimeHost:
         unless this runtime drives it already (then False, nothing counted): the check and
         the count one step, as a resume's (``_lease_to_drive``)."""
         with _DRIVING:
+            self._settled()
             if run_id in self._driving:
                 return False
             self._driving[run_id] += 1
             self._person_ops.runs[run_id] = op
             return True
+
+    def _claim_begun(self) -> frozenset[str]:
+        """A claim of runs for this runtime begun (``_worker``): the runs it drives now, which
+        the claim passes over. Until ``_claim_ended`` counts the runs the claim took as driven,
+        a person's operation or a resume of this runtime in another thread waits before it
+        asks whether the runtime drives its run (``_settled``): counted only after the claim,
+        a run was free to such an operation between the two, which took its lease again (the
+        store lets an owner take its own lease), the worker's execution fenced out
+        (``StaleLeaseError``) or both driving the run (review56a)."""
+        with _DRIVING:
+            self._claiming[threading.get_ident()] += 1
+            return frozenset(self._driving)
+
+    def _claim_ended(self, runs: Iterable[str]) -> None:
+        """The claim ``_claim_begun`` began has ended, taking ``runs``: counted as driven (the
+        caller lets each go, ``_undrive``), and the operations that waited for it go on."""
+        me = threading.get_ident()
+        with _DRIVING:
+            for run_id in runs:
+                self._driving[run_id] += 1
+            self._claiming[me] -= 1
+            if self._claiming[me] <= 0:
+                del self._claiming[me]
+            _CLAIMED.notify_all()
+
+    def _settled(self) -> None:
+        """(``_DRIVING`` held) Until no claim of runs for this runtime is in flight in another
+        thread (``_claim_begun``): one in this thread cannot be waited for here."""
+        me = threading.get_ident()
+        while any(t != me for t in self._claiming):
+            _CLAIMED.wait()
 
     def _count_driven(self, run_id: str) -> None:
         with _DRIVING:

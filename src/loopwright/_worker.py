@@ -322,6 +322,11 @@ class Worker:
                     "limit": free,
                 }
                 await self._expire_due()
+                # (the runs it takes counted as its runtime's from the claim, one step with it:
+                # a person's operation of this runtime in another thread, between the claim and
+                # a count after it, found a run free and took its lease again, the same owner,
+                # the worker's execution fenced out or both driving it: review56a)
+                driven = self.runtime._claim_begun()
                 try:
                     # Not the runs it drives: frozen past their leases (SIGSTOP, a VM pause),
                     # this worker would otherwise take them over from itself on waking,
@@ -331,32 +336,34 @@ class Worker:
                     # Nor those skipped here a moment ago (``_no_loop``): claimed (the oldest
                     # first) and handed back at every poll, as many of them as the worker
                     # had free slots kept every newer run from it until they were tried again.
-                    mine = frozenset(self._driving).union(self.runtime._driving, self._no_loop)
-                    taken = with_newer(store.claim_runs, claim, {"exclude": mine or None})
-                    if taken is None:  # a store whose claim_runs takes no exclude
-                        taken = store.claim_runs(**claim)
-                except StoreUnavailableError:
-                    # a dropped connection or a locked store: keep working, ask again later
-                    self.stats.store_errors += 1
-                    taken = []
-                for run_id, token in taken:
-                    if run_id in self._no_loop:
-                        # no loop for it here yet; a store that fails now lets the lease
-                        # expire instead of ending the worker
-                        try:
-                            store.release_lease(run_id, token)
-                        except StoreError:
-                            self.stats.store_errors += 1
-                        continue
-                    claimed.append((run_id, token))
+                    mine = driven.union(self._driving, self._no_loop)
+                    try:
+                        taken = with_newer(store.claim_runs, claim, {"exclude": mine or None})
+                        if taken is None:  # a store whose claim_runs takes no exclude
+                            taken = store.claim_runs(**claim)
+                    except StoreUnavailableError:
+                        # a dropped connection or a locked store: keep working, ask again later
+                        self.stats.store_errors += 1
+                        taken = []
+                    for run_id, token in taken:
+                        if run_id in self._no_loop:
+                            # no loop for it here yet; a store that fails now lets the lease
+                            # expire instead of ending the worker
+                            try:
+                                store.release_lease(run_id, token)
+                            except StoreError:
+                                self.stats.store_errors += 1
+                            continue
+                        claimed.append((run_id, token))
+                finally:
+                    self.runtime._claim_ended(run_id for run_id, _ in claimed)
             for run_id, token in claimed:
                 self.stats.claimed += 1
                 self._driving.add(run_id)  # until _drive ends
-                # ...and its runtime's from the claim, not from ``resume``'s start: a person's
-                # operation of this runtime (``edit_async``, ``cancel``) found it undriven
-                # meanwhile and took its lease again, the same owner, fencing the worker's
-                # execution out before its first cycle (lifecycle55)
-                self.runtime._count_driven(run_id)
+                # (and its runtime's, counted by ``_claim_ended``, not from ``resume``'s start:
+                # a person's operation of this runtime (``edit_async``, ``cancel``) found it
+                # undriven meanwhile and took its lease again, the same owner, fencing the
+                # worker's execution out before its first cycle: lifecycle55)
                 active.add(asyncio.create_task(self._drive(run_id, token)))
             if not active:
                 done_claiming = winding_down or (

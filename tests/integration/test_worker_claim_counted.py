@@ -9,6 +9,7 @@ Both stores: a person's async operation reads and writes in a store thread on Po
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import loopwright as lw
@@ -22,12 +23,16 @@ def _check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
     return lw.Verdict(passed=done, score=1.0 if done else 0.0)
 
 
-LOOP = lw.Loop(
-    name="claimed",
-    actor=lambda ctx: lw.Proposal.edit("doc", {"done": True}),
-    verifiers=[lw.Check(fn=_check)],
-    contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
-)
+def _loop(actor: Any) -> lw.Loop:
+    return lw.Loop(
+        name="claimed",
+        actor=actor,
+        verifiers=[lw.Check(fn=_check)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+    )
+
+
+LOOP = _loop(lambda ctx: lw.Proposal.edit("doc", {"done": True}))
 
 
 def _between_claim_and_drive(url: str, op: str) -> tuple[Any, Any, lw.RunRecord]:
@@ -80,3 +85,63 @@ def test_a_worker_of_a_drained_runtime_claims_nothing(url: str) -> None:
         stats = asyncio.run(w.run(max_runs=5))
         assert stats.claimed == 0
         assert rt.store.get_run(run_id).status == "pending"
+
+
+def test_an_edit_in_another_thread_between_a_workers_claim_and_its_count_is_refused(
+    url: str,
+) -> None:
+    """The runs a worker claims count as driven by its runtime in one step with the claim: a
+    person's synchronous edit of that runtime in another thread, made after the claim and
+    before a count that followed it, found the run free, took its lease again (the same owner)
+    and made its edit; the worker's execution was fenced out (``lost``, review56a). The edit is
+    made at that fixed point (the store's claim returned to the worker); it waits there for the
+    claim to end (where it waits, the test goes on), then finds the run driven: refused. The
+    worker's cycle waits for the edit's answer, so that the run is driven when it comes."""
+    answered: list[Any] = []
+    done = threading.Event()  # (the edit answered)
+
+    def act(ctx: lw.Context) -> lw.Proposal:
+        assert done.wait(60)
+        return lw.Proposal.edit("doc", {"done": True})
+
+    loop = _loop(act)
+    with lw.Runtime(url) as rt:
+        run_id = rt.create(loop, TASK, task_key="k")[0].run_id
+        w = Worker(rt, loops={"claimed": loop}, concurrency=1, poll_s=0.01)
+        go_on = threading.Event()  # (the edit answered, or waits for the claim to end)
+
+        def edit() -> None:
+            try:
+                answered.append(rt.edit(run_id, "doc/done", True, by="ops"))
+            except lw.LoopwrightError as exc:
+                answered.append(exc)
+            finally:
+                done.set()
+                go_on.set()
+
+        editing = threading.Thread(target=edit, daemon=True)
+        settled = getattr(rt, "_settled", None)
+        if settled is not None:  # (where the edit waits for a claim in flight to end)
+
+            def told() -> None:
+                if threading.current_thread() is editing:
+                    go_on.set()
+                settled()
+
+            rt._settled = told  # type: ignore[method-assign]
+        claim = rt.store.claim_runs
+
+        def claimed(**kw: Any) -> Any:
+            taken = claim(**kw)
+            if taken and editing.ident is None:
+                editing.start()
+                assert go_on.wait(60)
+            return taken
+
+        rt.store.claim_runs = claimed  # type: ignore[method-assign]
+        stats = asyncio.run(w.run(once=True))
+        editing.join(60)
+        rec = rt.store.get_run(run_id)
+    assert isinstance(answered[0], lw.ConflictError), answered
+    assert stats.lost == 0 and stats.ended.get("accepted") == 1
+    assert rec.status == "accepted" and rec.fencing_token == 1  # (one lease: the worker's)
