@@ -8,7 +8,6 @@ from typing import Annotated, Any
 import typer
 
 from .._money_text import usd
-from .._stored_run_words import OVER_BUDGET_LEGEND
 from .._verdict import HeldOutWords, held_out_words
 from ._app import JsonOpt, StoreOpt, app, print_json, run_ref
 from ._stores import open_existing
@@ -111,6 +110,8 @@ def diff(
         if legend:
             out.print(legend, markup=False)
     if any(s["over_budget_usd"] or s["over_budget_tokens"] for s in (a, b)):
+        from .._stored_run_words import OVER_BUDGET_LEGEND  # (not at --help: the engine)
+
         out.print(OVER_BUDGET_LEGEND, markup=False)  # (a starred spend, as under runs)
     out.print("")
     if doc["contract"]:
