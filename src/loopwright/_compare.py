@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._errors import RunNotFoundError
+from ._stored_run_words import over_budget
 from ._verdict import held_out_words
 from .store import RunRecord, Store
 
@@ -116,6 +117,8 @@ def _side(store: Store, rec: RunRecord) -> dict[str, Any]:
         "cost_usd": rec.cost_usd,
         "tokens": rec.tokens,
         "seconds": rec.seconds,
+        # how far past its budgets (0.0 and 0 within them), as show --json says (over56b)
+        **over_budget(rec),
         "forked_from": rec.forked_from,
         "forked_at": rec.forked_at,
         # cycles 1..inherited_cycles are the origin's (a fork records only its own)

@@ -14,7 +14,7 @@ from ._contract import TERMINAL_STATUSES
 from ._crash_bound import LEFT_ALIVE, event_lease
 from ._decide import record_no_attempt
 from ._inherited import inherited
-from ._stored_run_words import cost_over_budget
+from ._stored_run_words import cost_over_budget, tokens_over_budget
 from ._verdict import independent
 from ._verified_lineage import Verified, VerifiedLineage, concludes_cycle, fork_base
 from .store import Approval, Checkpoint, Event, RunRecord, Store
@@ -103,6 +103,8 @@ class RunMetrics:
             is not an independent one (``held_out_independent``).
         over_budget_usd: how far the run's spend is past its cost budget (0.0: within it),
             bills charged after its last check (``cost_over_budget``; fenced56b).
+        over_budget_tokens: how many tokens it used past its token budget (0: within it;
+            ``tokens_over_budget``; over56b).
         inherited_usd, inherited_cycles, inherited_best_score: what a fork started from (its
             origin's spend, cycle counter and best score at the fork point; 0, 0 and None for
             a run that is not a fork).
@@ -141,6 +143,7 @@ class RunMetrics:
     inherited_best_score: float | None = None
     held_out_self_reported: int | None = None
     over_budget_usd: float = 0.0
+    over_budget_tokens: int = 0
 
     @property
     def held_out_independent(self) -> bool | None:
@@ -484,6 +487,7 @@ class _RunFold:
             inherited_cycles=inh.cycle,
             inherited_best_score=inh.best_score,
             over_budget_usd=cost_over_budget(run),
+            over_budget_tokens=tokens_over_budget(run),
         )
 
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "OVER_BUDGET_LEGEND",
     "cost_over_budget",
+    "over_budget",
     "over_budget_words",
     "run_next_action",
     "run_stop_cause",
@@ -129,6 +130,14 @@ def tokens_over_budget(rec: _SpendLike) -> int:
     if limit is None or not crosses(rec.tokens, limit, whole=True):
         return 0
     return rec.tokens - limit
+
+
+def over_budget(rec: _SpendLike) -> dict[str, float | int]:
+    """A stored run's overshoot as its JSON documents say it (``runs --json``, ``show --json``,
+    ``/api/runs`` and ``/api/runs/{id}``, ``diff --json``, ``/api/compare``): how far its
+    spend is past its cost budget (``over_budget_usd``, 0.0 within it) and how many tokens
+    past its token budget (``over_budget_tokens``, 0 within it) (over56b)."""
+    return {"over_budget_usd": cost_over_budget(rec), "over_budget_tokens": tokens_over_budget(rec)}
 
 
 def over_budget_words(rec: _SpendLike) -> str | None:

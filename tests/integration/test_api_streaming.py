@@ -58,7 +58,7 @@ def whole_document(st: Store, run_id: str) -> bytes:
         else stop_words(rec)
     )
     run["stop_cause"] = stop_cause_of(rec)
-    run["over_budget_usd"] = 0.0  # (these runs end within their cost budgets)
+    run.update(over_budget_usd=0.0, over_budget_tokens=0)  # (these runs end within their budgets)
     doc = {
         "run": run,
         "next_action": state.next_action,

@@ -8,7 +8,10 @@ run past its budget ($0.30 of $0.25) while ``show`` said its spend alone, the bu
 and the metrics nothing. ``show``, ``show --json``, ``/api/runs/{id}`` and the per-run
 metrics now say how far; so do the lists (``loopwright runs``, its ``--json``, the dashboard's:
 a starred spend cell and a line that says why), the dashboard's run page and ``RunResult``
-(``over_budget_usd``, and ``over_budget_tokens`` past its token budget: over56).
+(``over_budget_usd``, and ``over_budget_tokens`` past its token budget: over56). Every JSON
+document that says ``over_budget_usd`` says ``over_budget_tokens`` too, ``/api/runs`` says
+both, and the two runs side by side (``loopwright diff``, ``/compare``, ``/api/compare``) star
+the spend with the line that says why (over56b).
 
 Executor ``a`` is held in its actor at cycle 2 until ``b`` has taken the run over and is held
 there too; ``a`` let go is fenced out and says its word; ``b`` let go concludes cycle 2 (its
@@ -85,15 +88,23 @@ def test_a_run_past_its_budget_by_a_fenced_bill_says_so(
     assert main(["show", run_id, "--store", url, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["run"]["over_budget_usd"] == pytest.approx(0.05)
+    assert doc["run"]["over_budget_tokens"] == 5  # (30 of 25: over56b)
     web = dashboard(url, token="t" * 24)
     api = web.get(f"/api/runs/{run_id}")
     assert api.status_code == 200 and api.json()["run"]["over_budget_usd"] == pytest.approx(0.05)
+    assert api.json()["run"]["over_budget_tokens"] == 5
+    # the API's list says it as the run's own document does (over56b)
+    (summary,) = web.get("/api/runs").json()
+    assert summary["over_budget_usd"] == pytest.approx(0.05), summary
+    assert summary["over_budget_tokens"] == 5, summary
     # the lists say it too: a starred spend cell and a line under the list that says why
     assert main(["runs", "--store", url]) == 0
     listed = capsys.readouterr().out
     assert "0.30*" in listed and STARRED in " ".join(listed.split()), listed
     assert main(["runs", "--store", url, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)[0]["over_budget_usd"] == pytest.approx(0.05)
+    (listed_run,) = json.loads(capsys.readouterr().out)
+    assert listed_run["over_budget_usd"] == pytest.approx(0.05)
+    assert listed_run["over_budget_tokens"] == 5
     page = web.get("/")
     assert page.status_code == 200 and "0.30*</span>" in page.text, page.text
     assert 'id="over-budget-legend"' in page.text and STARRED in page.text
@@ -104,6 +115,28 @@ def test_a_run_past_its_budget_by_a_fenced_bill_says_so(
         m = lw.compute_metrics(rt.store)
         assert m.per_run[0].over_budget_usd == pytest.approx(0.05)
         assert m.to_dict(per_run=True)["per_run"][0]["over_budget_usd"] == pytest.approx(0.05)
+        assert m.per_run[0].over_budget_tokens == 5
+        assert m.to_dict(per_run=True)["per_run"][0]["over_budget_tokens"] == 5
+        # beside a run within its budgets: the two side by side star the one past them
+        within = rt.run_sync(_loop({}), TASK, task_key="within").run_id
+    capsys.readouterr()
+    assert main(["diff", run_id, within, "--store", url]) == 0
+    diffed = capsys.readouterr().out
+    spend = next(line for line in diffed.splitlines() if line.startswith("spend"))
+    assert spend.split()[1:] == ["$0.30*", "$0.20"], diffed
+    assert STARRED in " ".join(diffed.split()), diffed
+    assert main(["diff", run_id, within, "--store", url, "--json"]) == 0
+    sides = json.loads(capsys.readouterr().out)
+    assert sides["a"]["over_budget_usd"] == pytest.approx(0.05)
+    assert sides["a"]["over_budget_tokens"] == 5
+    assert (sides["b"]["over_budget_usd"], sides["b"]["over_budget_tokens"]) == (0.0, 0)
+    compared = web.get("/compare", params={"a": run_id, "b": within})
+    assert compared.status_code == 200 and "$0.30*</span>" in compared.text, compared.text
+    assert "$0.20*" not in compared.text and 'id="over-budget-legend"' in compared.text
+    assert "spent $0.30 of its $0.25 cost budget ($0.05 over)" in compared.text
+    api_compared = web.get("/api/compare", params={"a": run_id, "b": within}).json()
+    assert api_compared["a"]["over_budget_tokens"] == 5
+    assert api_compared["b"]["over_budget_words"] is None
 
 
 def test_a_run_within_its_budget_says_nothing_of_it(
@@ -116,7 +149,7 @@ def test_a_run_within_its_budget_says_nothing_of_it(
         assert r.over_budget_usd is None and r.over_budget_tokens is None
         assert r.to_dict()["over_budget_usd"] is None
         m = lw.compute_metrics(rt.store)
-        assert m.per_run[0].over_budget_usd == 0.0
+        assert m.per_run[0].over_budget_usd == 0.0 and m.per_run[0].over_budget_tokens == 0
     capsys.readouterr()
     assert main(["runs", "--store", url]) == 0
     listed = capsys.readouterr().out
@@ -125,3 +158,11 @@ def test_a_run_within_its_budget_says_nothing_of_it(
     page, run_page = web.get("/").text, web.get(f"/runs/{r.run_id}").text
     assert "0.20</td>" in page and "over-budget" not in page, page
     assert "over budget" not in run_page and 'id="over-budget"' not in run_page
+    (summary,) = web.get("/api/runs").json()
+    assert (summary["over_budget_usd"], summary["over_budget_tokens"]) == (0.0, 0), summary
+    capsys.readouterr()
+    assert main(["diff", r.run_id, r.run_id, "--store", url]) == 0
+    diffed = capsys.readouterr().out
+    assert "*" not in diffed and "budget" not in diffed, diffed
+    compared = web.get("/compare", params={"a": r.run_id, "b": r.run_id}).text
+    assert "over-budget" not in compared, compared

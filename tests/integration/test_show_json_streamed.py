@@ -52,7 +52,8 @@ def _whole_document(url: str, run_id: str) -> dict[str, Any]:
         approvals = st.approvals(run_id=run_id)
         decided = by_id(approvals)
         return {
-            "run": {**rec.to_dict(), "over_budget_usd": 0.0},  # (within: no max_cost_usd)
+            # (within: no max_cost_usd, no max_tokens)
+            "run": {**rec.to_dict(), "over_budget_usd": 0.0, "over_budget_tokens": 0},
             "lineage": fork_lineage(st, rec).to_dict(),
             "state": state.to_dict(),
             "cycles": [  # less a concluded cycle's effects' write-ahead record

@@ -37,6 +37,13 @@ def _held(side: Mapping[str, Any]) -> str:
     return _held_words(side).cell
 
 
+def _spend(side: Mapping[str, Any]) -> str:
+    """A side's spend, starred past its cost or token budget (as ``loopwright runs`` stars
+    it: a bill charged after its last budget check; over56b)."""
+    past = side["over_budget_usd"] or side["over_budget_tokens"]
+    return usd(side["cost_usd"]) + ("*" if past else "")
+
+
 def _score(v: Any) -> str:
     return "-" if v is None else f"{float(v):.3f}"
 
@@ -74,7 +81,7 @@ def diff(
         ("cycles", a["cycles"], b["cycles"]),
         ("best score", _score(a["best_score"]), _score(b["best_score"])),
         ("held-out", _held(a), _held(b)),
-        ("spend", usd(a["cost_usd"]), usd(b["cost_usd"])),
+        ("spend", _spend(a), _spend(b)),
         ("tokens", a["tokens"], b["tokens"]),
     ]
     if a["forked_from"] or b["forked_from"]:
@@ -102,6 +109,10 @@ def diff(
     for legend in dict.fromkeys(_held_words(s).legend for s in (a, b)):
         if legend:
             out.print(legend, markup=False)
+    if any(s["over_budget_usd"] or s["over_budget_tokens"] for s in (a, b)):
+        from .._stored_run_words import OVER_BUDGET_LEGEND  # (not at --help: the engine)
+
+        out.print(OVER_BUDGET_LEGEND, markup=False)  # (a starred spend, as under runs)
     out.print("")
     if doc["contract"]:
         out.print("contract differences:", markup=False)

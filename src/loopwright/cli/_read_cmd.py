@@ -74,10 +74,10 @@ def runs(
         typer.echo(line, err=True)
     if as_json:
         from .._hints import carry_store_in
-        from .._stored_run_words import cost_over_budget, run_stop_cause
+        from .._stored_run_words import over_budget, run_stop_cause
 
         # (the commands in each run's words name the store given, as the table's: notify56;
-        # how far its spend is past its cost budget, as show --json says it: fenced56b)
+        # how far its spend is past its budgets, as show --json says it: fenced56b, over56b)
         flag = store_flag()
         print_json(
             [
@@ -85,7 +85,7 @@ def runs(
                     {
                         **r.to_dict(),
                         "stop_cause": run_stop_cause(r),
-                        "over_budget_usd": cost_over_budget(r),
+                        **over_budget(r),
                     },
                     flag,
                 )
@@ -223,7 +223,7 @@ def write_show_json(st: Store, rec: RunRecord) -> None:
     from .._hints import carry_store_in
     from .._lineage import fork_lineage
     from .._reuse_now import as_now
-    from .._stored_run_words import cost_over_budget
+    from .._stored_run_words import over_budget
     from ._json_stream import Lazy, Open, write_json
 
     run_id = rec.run_id
@@ -246,11 +246,9 @@ def write_show_json(st: Store, rec: RunRecord) -> None:
     write_json(
         Open(
             {
-                # (commands: this store; how far its spend is past its cost budget: 0.0
-                # within it, fenced56b)
-                "run": carry_store_in(
-                    {**rec.to_dict(), "over_budget_usd": cost_over_budget(rec)}, store_flag()
-                ),
+                # (commands: this store; how far its spend is past its budgets: 0.0 and 0
+                # within them, fenced56b, over56b)
+                "run": carry_store_in({**rec.to_dict(), **over_budget(rec)}, store_flag()),
                 # a fork's origins, nearest first (a fork of a fork: every one, up to a cap)
                 "lineage": fork_lineage(st, rec).to_dict(),
                 "state": Open(doc),

@@ -18,7 +18,7 @@ from .._errors import LoopwrightError, RunNotFoundError
 from .._metrics import compute_metrics
 from .._reuse_now import as_now
 from .._state import TaskState
-from .._stored_run_words import cost_over_budget, run_next_action
+from .._stored_run_words import over_budget, run_next_action
 from ..store import RunRecord
 from ._context import WebContext
 from ._guard import JSON_TYPE
@@ -141,7 +141,7 @@ def register_api(app: FastAPI, ctx: WebContext) -> None:
         run = rec.to_dict()
         run["stop_words"] = stop_words(rec, approvals)
         run["stop_cause"] = stop_cause_of(rec)
-        run["over_budget_usd"] = cost_over_budget(rec)  # (0.0: within its cost budget)
+        run.update(over_budget(rec))  # (0.0 and 0: within its budgets)
         head = {
             "run": run,
             "next_action": run_next_action(rec, state.next_action),

@@ -15,6 +15,7 @@ from markupsafe import Markup
 
 from .._compare import compare_runs, flatten
 from .._errors import LoopwrightError, RunNotFoundError
+from .._stored_run_words import over_budget_words
 from ..store import Store
 from ._cards import compact, image_kind
 from ._views import CHART_DOTS, per_pixel, stop_cause_of, stop_words
@@ -107,6 +108,8 @@ def compare_doc(store: Store, a: str, b: str) -> dict[str, Any]:
             project=rec.project,
             created_at=rec.created_at,
             ended_at=rec.ended_at,
+            # what a starred spend cell says (None within its budgets: over56b)
+            over_budget_words=over_budget_words(rec),
         )
     ca, cb = flatten(recs[0].contract), flatten(recs[1].contract)
     doc["contract_rows"] = [

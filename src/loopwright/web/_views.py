@@ -22,7 +22,7 @@ from .._contract import contract_from_snapshot
 from .._decide import at_default_ceiling
 from .._packet import explain
 from .._state import Part, TaskState, Version
-from .._stored_run_words import run_stop_cause, waits_only_to_start
+from .._stored_run_words import over_budget, run_stop_cause, waits_only_to_start
 from .._verdict import held_out_words
 from ..store import Approval, Event, JournalEntry, RunRecord
 from ..store._records import PAUSE
@@ -388,6 +388,8 @@ def run_summary(rec: RunRecord) -> dict[str, Any]:
         "cost_usd": rec.cost_usd,
         "tokens": rec.tokens,
         "seconds": rec.seconds,
+        # how far past its budgets (0.0 and 0 within them), as /api/runs/{id} says (over56b)
+        **over_budget(rec),
         "created_at": rec.created_at,
         "updated_at": rec.updated_at,
         "ended_at": rec.ended_at,
