@@ -117,3 +117,23 @@ def _broken_bwrap(
     prefix = os.path.realpath(sys.base_prefix)
     extra = ["--perms", "0700", "--dir", "/root", "--ro-bind", prefix, prefix]
     return argv[:i] + extra + argv[i:]
+
+
+@pytest.mark.skipif(not HAS_UNSHARE, reason="no unshare")
+def test_a_file_bound_back_inside_a_bound_back_prefix_does_not_crash_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # an allowed single-module package (``decorator.py``) in the site-packages of an interpreter
+    # under /root/.pyenv: the judge bound the prefix back read-only, then opened the module's
+    # path to write (its mount point) inside that read-only bind: EROFS, private_fs abandoned
+    # half-way and every run crashed ("Read-only file system: 'output.txt'"; review56b)
+    _only("unshare", monkeypatch)
+    prefixes = _boundary.worker_paths(sys.executable, ())
+    module = os.path.realpath(os.__file__)  # a file inside the prefix, as such a package is
+    if not any(module.startswith(p.rstrip("/") + "/") for p in prefixes):
+        pytest.skip("the standard library is not under a prefix the judge binds back")
+    real = _run_tests.worker_paths
+    monkeypatch.setattr(_run_tests, "worker_paths", lambda py, ro: [*real(py, ro), module])
+    r = run_tests(WHO, TESTS)
+    assert r.status == "completed" and r.passed, r.to_dict()
+    assert r.layers["user"] == "nobody", r.to_dict()

@@ -76,6 +76,8 @@ def reveal(mount, paths, flags):
     # hiding the rest of it, and each path bound back into it read-only; the host unchanged.
     held, over = [], []
     for path in paths:
+        if any(path == h or path.startswith(h.rstrip("/") + "/") for h, _ in held):
+            continue  # (bound back with a directory above it: a package in the prefix's)
         up = [q for q in (os.path.dirname(path),) if q]
         while up[-1] != "/":
             up.append(os.path.dirname(up[-1]))
@@ -90,7 +92,7 @@ def reveal(mount, paths, flags):
     for path, fd in held:
         if os.path.isdir("/proc/self/fd/%d" % fd):
             os.makedirs(path, 0o755, exist_ok=True)
-        else:
+        elif not os.path.lexists(path):  # (opened to write where it is, read-only: EROFS)
             os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
             open(path, "a").close()
         mount("/proc/self/fd/%d" % fd, path, None, 4096)  # MS_BIND
