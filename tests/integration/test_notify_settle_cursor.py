@@ -323,3 +323,27 @@ def test_the_requests_already_waiting_to_a_dead_endpoint_are_given_up_together(
             )
         finally:
             st.close()
+
+
+def test_a_give_up_records_no_part_of_the_urls_path(url: str) -> None:
+    """A URL whose path the HTTP client refuses (a space in it: ``InvalidURL``) failed with an
+    error quoting the path, not the whole URL: the ``.replace(url, host)`` missed it, and the
+    path (a chat webhook's credential) was written to the audit record and the run's failed
+    ``notified`` marker (review56b)."""
+    run_id = _escalated(url)
+    hook = "http://127.0.0.1:9/hooks/T0/S3CRETPATH x"
+    with closing(open_store(url)) as st:
+        feed = Feed(st)
+        notifier = _dead_endpoint_notifier(st, hook, 1)
+        feed.listen(notifier)
+        feed.poll()
+        notifier.drain()
+        _settle(url, run_id)
+        feed.poll()
+        notifier.drain()
+        [a] = st.audit(action="notify")
+        marks = st.events_of_kind(run_id, "notified")
+        assert a.outcome == "failed" and marks, (a, marks)
+        said = json.dumps(a.detail) + json.dumps([m.data for m in marks])
+        assert "S3CRETPATH" not in said and "/hooks/" not in said, said
+        assert "InvalidURL" in a.detail["error"], a.detail

@@ -125,6 +125,22 @@ def url_where(url: str) -> str:
         return "(an unparsable URL)"
 
 
+def _masked(text: str, url: str, where: str) -> str:
+    """``text`` (an HTTP client's error) with ``url`` as ``where``, and its path and query
+    (quoted alone by some errors: ``InvalidURL``'s) as ``/…``: a webhook's path is its
+    credential, and the error is kept (the log, a given-up post's audit record and marker)."""
+    text = text.replace(url, where)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return text
+    query = f"?{parts.query}" if parts.query else ""
+    for tail in (parts.path + query, parts.path, parts.query):
+        if len(tail) > 1:
+            text = text.replace(tail, "/…")
+    return text
+
+
 def target_id(url: str) -> str:
     """What the event log records for a URL: a digest, not the URL."""
     return hashlib.sha256(url.encode()).hexdigest()[:16]
@@ -576,7 +592,7 @@ class Notifier:
             # too many headers: http.client's own errors, not OSError): each a retried failure
             except (OSError, ValueError, http.client.HTTPException) as exc:
                 status, error = 0, type(exc).__name__ + (f": {exc}" if str(exc) else "")
-                error = error.replace(t.url, t.where)
+                error = _masked(error, t.url, t.where)
             t.error = error
             if 200 <= status < 300:
                 return attempt
