@@ -347,3 +347,26 @@ def test_a_give_up_records_no_part_of_the_urls_path(url: str) -> None:
         said = json.dumps(a.detail) + json.dumps([m.data for m in marks])
         assert "S3CRETPATH" not in said and "/hooks/" not in said, said
         assert "InvalidURL" in a.detail["error"], a.detail
+
+
+def test_a_held_approval_request_decided_meanwhile_is_not_posted(url: str, tmp_path: Path) -> None:
+    """notify56c holds a request whose round failed for the next round; a person who decided
+    it meanwhile (in the dashboard, the CLI) still had it posted as waiting a round later, a
+    chat asking for a decision already made (review56b). A held request no longer pending is
+    let go: not posted, not given up."""
+    run_id = park(tmp_path, url, "decided-meanwhile")
+    with closing(Listener([500] * 3)) as hook:  # one round of 3 tries, then 200
+        st = open_store(url)
+        try:
+            feed = Feed(st)
+            notifier = _dead_endpoint_notifier(st, hook.url, 3)
+            feed.listen(notifier)
+            feed.poll()
+            notifier.drain()  # round 1: failed, held
+            assert [s for s, _, _ in hook.got] == [500] * 3
+            assert main(["deny", run_id[:12], "--by", "ops", "--store", url]) == 0
+            notifier.drain()
+            assert [s for s, _, _ in hook.got] == [500] * 3, hook.got  # not posted
+            assert st.audit(action="notify") == []  # nor given up
+        finally:
+            st.close()

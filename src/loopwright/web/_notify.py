@@ -30,7 +30,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -534,8 +534,23 @@ class Notifier:
     def _retry_held(self, t: _Target) -> None:
         """A round for each request whose last one failed (unless posted since, elsewhere)."""
         held, t.held = t.held, {}
-        for job in held.values():
-            self._deliver(t, job)
+        for key, job in held.items():
+            left = self._undecided(job)
+            if left is None:  # decided meanwhile: a post would ask for a decision made
+                t.rounds.pop(key, None)
+                continue
+            self._deliver(t, left)
+
+    def _undecided(self, job: _Job) -> _Job | None:
+        """``job`` less the requests decided since its round failed; None when none is left
+        (a run's end is never decided)."""
+        if job.covers:
+            left = tuple(j for j in job.covers if self._undecided(j) is not None)
+            return replace(job, covers=left) if left else None
+        if not job.key.startswith("approval:"):
+            return job
+        a = self.store.approval(job.key.removeprefix("approval:"))
+        return job if a is not None and a.status == "pending" else None
 
     def _deliver_waiting(self, t: _Target, jobs: tuple[_Job, ...]) -> None:
         done: dict[str, set[str]] = {}  # each run's delivered keys, read once for the batch
