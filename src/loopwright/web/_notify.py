@@ -26,13 +26,11 @@ import hmac
 import http.client
 import json
 import queue
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import urlsplit
 
 from .._audit import audit
 from .._contract import TERMINAL_STATUSES
@@ -44,7 +42,7 @@ from ..store import Approval, Event, NewEvent, RunRecord, Store
 from ..store._live import NOTIFIED, Position
 from ._feed import Change
 from ._notify_bodies import approval_body, run_end_body, settled_body, waiting_body
-from ._webhook_post import http_post
+from ._webhook_post import check_webhook_url, http_post, masked_error, target_id, url_where
 
 __all__ = [
     "SIGNATURE_HEADER",
@@ -97,53 +95,6 @@ def verify(
     if abs((time.time() if now is None else now) - at) > tolerance_s:
         return False
     return hmac.compare_digest(sign(secret, timestamp, body).encode(), signature.encode())
-
-
-def check_webhook_url(url: str, field: str = "--notify") -> str:
-    """``url`` if it is an http(s) URL with a host; a user mistake otherwise (one line)."""
-    try:
-        parts = urlsplit(url.strip())
-        host = parts.hostname
-    except ValueError:
-        host = None
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not host:
-        # Only up to the host: a webhook's path is its credential (invariant 9).
-        head = re.match(r"[^/?#]*(//[^/?#]*)?", url.strip())
-        shown = head.group(0) if head else ""
-        shown += "/…" if len(url.strip()) > len(shown) else ""
-        raise ConfigError(f"{shown!r} is not an http(s) URL (http://host/path)", field=field)
-    return url.strip()
-
-
-def url_where(url: str) -> str:
-    """The URL without its path or query (where chat tools put the webhook's secret)."""
-    try:
-        parts = urlsplit(url)
-        return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    except ValueError:
-        return "(an unparsable URL)"
-
-
-def _masked(text: str, url: str, where: str) -> str:
-    """``text`` (an HTTP client's error) with ``url`` as ``where``, and its path and query
-    (quoted alone by some errors: ``InvalidURL``'s) as ``/…``: a webhook's path is its
-    credential, and the error is kept (the log, a given-up post's audit record and marker)."""
-    text = text.replace(url, where)
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return text
-    query = f"?{parts.query}" if parts.query else ""
-    for tail in (parts.path + query, parts.path, parts.query):
-        if len(tail) > 1:
-            text = text.replace(tail, "/…")
-    return text
-
-
-def target_id(url: str) -> str:
-    """What the event log records for a URL: a digest, not the URL."""
-    return hashlib.sha256(url.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -607,7 +558,7 @@ class Notifier:
             # too many headers: http.client's own errors, not OSError): each a retried failure
             except (OSError, ValueError, http.client.HTTPException) as exc:
                 status, error = 0, type(exc).__name__ + (f": {exc}" if str(exc) else "")
-                error = _masked(error, t.url, t.where)
+                error = masked_error(error, t.url, t.where)
             t.error = error
             if 200 <= status < 300:
                 return attempt

@@ -11,15 +11,19 @@ the deadline, and each socket is registered before it connects, so that the dead
 connect in progress too (the socket was registered once connected: a name server that did not
 answer, or an address that dropped the connection's first packet, each address of a name
 waited for for ``timeout_s``, held the post past its deadline). Written by hand because urllib has no whole-request deadline and the
-notifier must keep its standard-library client (no extra dependency for ``ui``).
+notifier must keep its standard-library client (no extra dependency for ``ui``). Also the
+webhook URL's checks and masks (``check_webhook_url``, ``url_where``, ``masked_error``: its
+path is its credential), moved from ``_notify`` for its size.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import http.client
 import ipaddress
+import re
 import socket
 import threading
 import urllib.error
@@ -27,10 +31,12 @@ import urllib.request
 from collections.abc import Mapping
 from threading import Timer
 from typing import Any
+from urllib.parse import urlsplit
 
+from .._errors import ConfigError
 from .._userinfo import NoRedirect, without_userinfo
 
-__all__ = ["http_post"]
+__all__ = ["check_webhook_url", "http_post", "masked_error", "target_id", "url_where"]
 
 
 class _Watch:
@@ -200,3 +206,50 @@ def http_post(url: str, body: bytes, headers: Mapping[str, str], timeout_s: floa
         raise
     finally:
         timer.cancel()
+
+
+def check_webhook_url(url: str, field: str = "--notify") -> str:
+    """``url`` if it is an http(s) URL with a host; a user mistake otherwise (one line)."""
+    try:
+        parts = urlsplit(url.strip())
+        host = parts.hostname
+    except ValueError:
+        host = None
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not host:
+        # Only up to the host: a webhook's path is its credential (invariant 9).
+        head = re.match(r"[^/?#]*(//[^/?#]*)?", url.strip())
+        shown = head.group(0) if head else ""
+        shown += "/…" if len(url.strip()) > len(shown) else ""
+        raise ConfigError(f"{shown!r} is not an http(s) URL (http://host/path)", field=field)
+    return url.strip()
+
+
+def url_where(url: str) -> str:
+    """The URL without its path or query (where chat tools put the webhook's secret)."""
+    try:
+        parts = urlsplit(url)
+        return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    except ValueError:
+        return "(an unparsable URL)"
+
+
+def masked_error(text: str, url: str, where: str) -> str:
+    """``text`` (an HTTP client's error) with ``url`` as ``where``, and its path and query
+    (quoted alone by some errors: ``InvalidURL``'s) as ``/…``: a webhook's path is its
+    credential, and the error is kept (the log, a given-up post's audit record and marker)."""
+    text = text.replace(url, where)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return text
+    query = f"?{parts.query}" if parts.query else ""
+    for tail in (parts.path + query, parts.path, parts.query):
+        if len(tail) > 1:
+            text = text.replace(tail, "/…")
+    return text
+
+
+def target_id(url: str) -> str:
+    """What the event log records for a URL: a digest, not the URL."""
+    return hashlib.sha256(url.encode()).hexdigest()[:16]
