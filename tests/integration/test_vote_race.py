@@ -6,6 +6,9 @@ own vote, so both were told "1 of 2": the request stayed pending with both votes
 neither person could approve again ("already approved"). The interleaving is placed, not timed:
 ben's vote is held after its insert, cat's approval runs meanwhile, and ben's goes on once
 cat's has either finished or is waiting on ben's transaction (read from the server's locks).
+Cat approves through a runtime of its own, as a second process (or a dashboard request) would:
+one runtime's operations on a run take turns (``_person_turn``), so within one runtime cat's
+vote would wait for ben's to end, and the race is between runtimes.
 """
 
 from __future__ import annotations
@@ -55,6 +58,10 @@ def test_two_approvers_at_once_decide_the_request(pg_url: str, pg_schema: tuple[
 
         def approve(name: str) -> None:
             try:
+                if name == "cat":
+                    with lw.Runtime(pg_url) as other:
+                        outcomes[name] = other.approve(big.run_id, by=name).status
+                    return
                 outcomes[name] = rt.approve(big.run_id, by=name).status
             except Exception as exc:  # recorded, asserted below
                 outcomes[name] = exc
