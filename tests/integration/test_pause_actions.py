@@ -8,6 +8,7 @@ import re
 import time
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 from support.dashboard import dashboard
 
@@ -70,7 +71,14 @@ def test_the_card_of_a_pause_offers_unpause_and_cancel_not_deny(tmp_path: Path) 
     assert c.get(f"/runs/{rid}/confirm?action=cancel").status_code == 200
 
 
-def test_the_approvals_hint_for_a_pause_says_unpause_or_cancel(tmp_path: Path) -> None:
+def test_the_approvals_hint_for_a_pause_says_unpause_or_cancel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loopwright.cli import _options
+
+    # (no --store given on this process's command line: an earlier in-process CLI call of the
+    # same test worker would otherwise leave its own store in the hints)
+    monkeypatch.setitem(_options._GIVEN, "store", None)
     store = str(tmp_path / "s.db")
     rid = _paused(store)
     with lw.Runtime(store) as rt:
@@ -78,11 +86,15 @@ def test_the_approvals_hint_for_a_pause_says_unpause_or_cancel(tmp_path: Path) -
     hint = _decide_hint(reqs, 1, "", None, time.time())
     assert "deny" not in hint and "approve" not in hint, hint  # before: "approve … (or deny)"
     assert f"loopwright unpause {rid[:12]}" in hint and f"loopwright cancel {rid[:12]}" in hint
-    _paused(store, "p-2")
+    rid2 = _paused(store, "p-2")
     with lw.Runtime(store) as rt:
         reqs = rt.store.approvals(status="pending")
     hint = _decide_hint(reqs, 2, "", None, time.time())
-    assert "deny" not in hint and "loopwright unpause RUN" in hint, hint
+    # several: the form names the first listed pause's run, runnable as pasted (notify56)
+    first = reqs[0].run_id[:12]
+    assert first in (rid[:12], rid2[:12]), (first, rid, rid2)
+    assert "deny" not in hint and "approve" not in hint, hint
+    assert f"loopwright unpause {first}" in hint and f"loopwright cancel {first}" in hint, hint
 
 
 def test_the_pause_card_follows_the_operator_role_not_the_approver_role(tmp_path: Path) -> None:
