@@ -24,29 +24,19 @@ import json
 import threading
 
 import pytest
-from support.crash_bound import TASK, Gates, expire, held, resumer, start_held
+from support.crash_bound import BILLED, TASK, Gates, billed_loop, expire, resumer, start_held
 from support.dashboard import dashboard
 
 import loopwright as lw
 from loopwright.cli import main
 
-ACTOR = lw.Usage(cost_usd=0.10, tokens=10)
+ACTOR = BILLED
 #: The line under a list with a starred spend cell.
 STARRED = "a starred cost (0.30*): spent past its budget"
 
 
 def _loop(gates: Gates) -> lw.Loop:
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        if ctx.cycle == 2:
-            held(gates)
-        return lw.Proposal(edits=(lw.Edit("doc", "n", ctx.cycle),), usage=ACTOR)
-
-    def done(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        n = int(state.values()["doc"].get("n", 0))
-        return lw.Verdict(passed=n == 2, score=n / 2)
-
-    budget = lw.Budget(max_cycles=10, max_cost_usd=0.25, max_tokens=25)
-    return lw.Loop(name="over", actor=actor, verifiers=[done], contract=lw.Contract(budget=budget))
+    return billed_loop("over", gates, max_cost_usd=0.25, max_tokens=25)
 
 
 def test_a_run_past_its_budget_by_a_fenced_bill_says_so(

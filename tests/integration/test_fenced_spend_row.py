@@ -18,29 +18,16 @@ import threading
 from typing import Any
 
 import pytest
-from support.crash_bound import TASK, Gates, expire, held, resumer, start_held
+from support.crash_bound import BILLED, TASK, Gates, billed_loop, expire, resumer, start_held
 
 import loopwright as lw
 from loopwright.store import NewEvent, open_store
 
-ACTOR = lw.Usage(cost_usd=0.10, tokens=10)
+ACTOR = BILLED
 
 
 def _loop(gates: Gates) -> lw.Loop:
-    """``doc.n`` edited to the cycle, accepted at 2, each actor call billed $0.10; an executor
-    of ``gates`` held at cycle 2 before it answers."""
-
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        if ctx.cycle == 2:
-            held(gates)
-        return lw.Proposal(edits=(lw.Edit("doc", "n", ctx.cycle),), usage=ACTOR)
-
-    def done(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        n = int(state.values()["doc"].get("n", 0))
-        return lw.Verdict(passed=n == 2, score=n / 2)
-
-    budget = lw.Budget(max_cycles=10, max_cost_usd=5.0)
-    return lw.Loop(name="row", actor=actor, verifiers=[done], contract=lw.Contract(budget=budget))
+    return billed_loop("row", gates)
 
 
 def test_a_word_said_while_the_taker_ends_the_run_is_charged(url: str) -> None:

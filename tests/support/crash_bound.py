@@ -239,3 +239,24 @@ def start_held(
         while not gates[name][0].wait(0.05):
             assert t.is_alive(), ended
     return t
+
+
+BILLED = lw.Usage(cost_usd=0.10, tokens=10)
+
+
+def billed_loop(name: str, gates: Gates, **budget: Any) -> lw.Loop:
+    """``doc.n`` edited to the cycle, accepted at 2, each actor call billed $0.10 and 10 tokens
+    (``BILLED``); an executor of ``gates`` held at cycle 2 before it answers (``held``). Ten
+    cycles at most, ``budget`` besides (``max_cost_usd`` 5.0 unless given)."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle == 2:
+            held(gates)
+        return lw.Proposal(edits=(lw.Edit("doc", "n", ctx.cycle),), usage=BILLED)
+
+    def done(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        n = int(state.values()["doc"].get("n", 0))
+        return lw.Verdict(passed=n == 2, score=n / 2)
+
+    limits = lw.Budget(**{"max_cycles": 10, "max_cost_usd": 5.0, **budget})
+    return lw.Loop(name=name, actor=actor, verifiers=[done], contract=lw.Contract(budget=limits))
